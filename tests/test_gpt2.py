@@ -1,0 +1,75 @@
+"""gpt2.py: logits match Hugging Face transformers, and the KV cache is exact under decoding, block scoring and rollback."""
+import numpy as np, pytest
+from tinygrad import Tensor, dtypes
+from tinygrad.codegen import to_program_cache
+from tiny import hub_tensors, write_checkpoint
+from weights import load_model
+
+def logits(model, tokens: list[int], start_pos: int) -> np.ndarray:
+  return model(Tensor([tokens], dtype=dtypes.int32), start_pos).numpy()[0]
+
+# (n_layer, n_head, n_embd, vocab_size, n_ctx): an odd head count, a head dim that is no power of two, GPT-2's full vocabulary
+HF_SHAPES = [(2, 4, 32, 100, 64), (3, 3, 48, 257, 128), (1, 5, 40, 50257, 32)]
+
+@pytest.mark.parametrize("shape", HF_SHAPES)
+def test_logits_match_transformers(tmp_path, shape):
+  torch = pytest.importorskip("torch", reason="fidelity test needs the test-only dependencies: pip install -r requirements-dev.txt")
+  transformers = pytest.importorskip("transformers", reason="fidelity test needs the test-only dependencies: pip install -r requirements-dev.txt")
+  n_layer, n_head, n_embd, vocab_size, n_ctx = shape
+  torch.manual_seed(0)
+  config = transformers.GPT2Config(n_layer=n_layer, n_head=n_head, n_embd=n_embd, vocab_size=vocab_size, n_positions=n_ctx, initializer_range=0.3)
+  hf = transformers.GPT2LMHeadModel(config).eval()
+  hf.save_pretrained(tmp_path)
+  tokens = np.random.default_rng(1).integers(0, vocab_size, n_ctx // 2).tolist()
+  with torch.no_grad(): expected = hf(torch.tensor([tokens])).logits[0].numpy()
+  got = logits(load_model(str(tmp_path)), tokens, 0)
+  assert expected.std() > 0.1, "the reference logits are too flat to tell models apart"
+  assert np.abs(got - expected).max() <= 1e-4
+
+def test_tiny_checkpoints_have_the_hub_layout(tmp_path):
+  """tests/tiny.py writes what transformers writes: same tensor names, shapes and dtype (the Hub keeps no 'transformer.' prefix)."""
+  transformers = pytest.importorskip("transformers", reason="layout check needs the test-only dependencies: pip install -r requirements-dev.txt")
+  safetensors = pytest.importorskip("safetensors.numpy", reason="layout check needs safetensors, which transformers installs")
+  transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=2, n_head=2, n_embd=32, vocab_size=64, n_positions=128)).save_pretrained(tmp_path)
+  hf = {k.removeprefix("transformer."): (v.shape, v.dtype) for k, v in safetensors.load_file(tmp_path / "model.safetensors").items()}
+  ours = {k: (v.shape, v.dtype) for k, v in hub_tensors(2, 2, 32, 64, 128, 0, 0.5).items() if not k.endswith(".attn.bias")}
+  assert ours == hf
+
+@pytest.fixture(scope="module")
+def tiny_pair(tmp_path_factory):
+  folder = write_checkpoint(tmp_path_factory.mktemp("tiny"), n_layer=2, n_head=3, n_embd=48, vocab_size=101, n_ctx=96, seed=3)
+  return load_model(str(folder)), load_model(str(folder))  # the model under test, and a reference that recomputes from scratch
+
+def test_cache_is_exact(tiny_pair):
+  """Decode token by token, score blocks of K+1, roll back to random earlier positions: every logit matches a full recompute."""
+  model, ref = tiny_pair
+  rng = np.random.default_rng(0)
+  for _ in range(3):
+    seq = rng.integers(0, 101, 90).tolist()
+    full = logits(ref, seq, 0)
+    n = int(rng.integers(1, 12))
+    assert np.abs(logits(model, seq[:n], 0) - full[:n]).max() <= 1e-4                  # prefill of any length
+    while n < 80:
+      T = int(rng.choice([1, 3, 5]))                                                    # a decode step, or K+1 with K = 2, 4
+      assert np.abs(logits(model, seq[n:n + T], n) - full[n:n + T]).max() <= 1e-4
+      n = n + T if rng.random() < 0.7 else int(rng.integers(1, n + T))                  # keep all, or roll back
+
+def test_steady_state_compiles_nothing(tiny_pair):
+  """T=1 and T=K+1 replay their TinyJit: after two warm-up calls, calls at new positions compile no kernel."""
+  model, _ = tiny_pair
+  logits(model, list(range(10)), 0)
+  for T in (1, 5):
+    for pos in (10, 11, 12): logits(model, [7] * T, pos)
+  compiled = len(to_program_cache)
+  for pos in (20, 33, 47):
+    for T in (1, 5): logits(model, [7] * T, pos)
+  assert len(to_program_cache) == compiled
+
+def test_float16_weights_give_float32_logits(tmp_path):
+  folder = write_checkpoint(tmp_path, std=0.2)
+  tokens = list(range(20))
+  full, half = logits(load_model(str(folder)), tokens, 0), logits(load_model(str(folder), dtype=dtypes.float16), tokens, 0)
+  assert half.dtype == np.float32 and np.abs(half - full).max() < 0.05 * np.abs(full).max()
+
+def test_positions_past_the_context_are_refused(tiny_pair):
+  with pytest.raises(ValueError, match="outside the context"): logits(tiny_pair[0], [1, 2], 95)
