@@ -80,9 +80,13 @@ def read_config(folder: pathlib.Path) -> GPT2Config:
   try:
     c = json.loads((folder / "config.json").read_text())
     if c.get("activation_function", "gelu_new") != "gelu_new": raise LoadError(f"{folder} uses {c['activation_function']}, not GPT-2's gelu_new.")
-    return GPT2Config(n_layer=c["n_layer"], n_head=c["n_head"], n_embd=c["n_embd"], vocab_size=c["vocab_size"],
-                      n_ctx=c["n_positions"], norm_eps=c.get("layer_norm_epsilon", 1e-5))
-  except (ValueError, KeyError, TypeError) as e:
+    cfg = GPT2Config(n_layer=c["n_layer"], n_head=c["n_head"], n_embd=c["n_embd"], vocab_size=c["vocab_size"],
+                     n_ctx=c["n_positions"], norm_eps=c.get("layer_norm_epsilon", 1e-5))
+    if not all(type(n) is int and n > 0 for n in (cfg.n_layer, cfg.n_head, cfg.n_embd, cfg.vocab_size, cfg.n_ctx)):
+      raise ValueError("n_layer, n_head, n_embd, vocab_size and n_positions must be positive integers")
+    if cfg.n_embd % cfg.n_head: raise ValueError(f"n_embd {cfg.n_embd} is not a multiple of n_head {cfg.n_head}")
+    return cfg
+  except (ValueError, KeyError, TypeError, AttributeError) as e:  # AttributeError: JSON that is not an object
     raise LoadError(f"{folder / 'config.json'} is not a GPT-2 config ({type(e).__name__}: {e}); fetch it again.") from None
 
 def hf_to_tinyspec(state: dict[str, Tensor], dtype: DType) -> dict[str, Tensor]:

@@ -1,0 +1,234 @@
+"""weights.py: downloads from a real local HTTP server in the Hub's layout, the cache, offline use, and one-sentence LoadErrors."""
+from __future__ import annotations
+import hashlib, json, os, shutil, socket, threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+import numpy as np, pytest
+import tiktoken, tiktoken.registry
+from tinygrad import Tensor, dtypes
+from tiny import TOKENIZER_DIR, write_checkpoint
+import weights
+from weights import LoadError, load_model, load_tokenizer
+
+SHAPE = dict(n_layer=1, n_head=2, n_embd=16, vocab_size=64, n_ctx=32)
+TOKENS = [3, 14, 15, 9, 26, 5]
+PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
+
+def logits(model, tokens: list[int]) -> np.ndarray:
+  return model(Tensor([tokens], dtype=dtypes.int32), 0).numpy()[0]
+
+def one_sentence(e: pytest.ExceptionInfo) -> str:
+  msg = str(e.value)
+  assert "\n" not in msg and msg.endswith(".") and ". " not in msg, f"not one sentence: {msg!r}"
+  return msg
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+  return write_checkpoint(tmp_path_factory.mktemp("ckpt"), **SHAPE)
+
+@pytest.fixture
+def closed_port():
+  """A port on 127.0.0.1 that refuses connections: bound, never listening, held until the test ends."""
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    yield s.getsockname()[1]
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+  """An empty XDG_CACHE_HOME and no proxies, so requests to 127.0.0.1 go straight to it."""
+  monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+  for v in PROXY_VARS: monkeypatch.delenv(v, raising=False)
+  return weights.cache_dir()
+
+class Hub:
+  """Serves {name: folder} as /openai-community/<name>/resolve/main/<file>, counting requests.
+
+  mode: "direct"   model.safetensors comes with X-Linked-Etag: "<sha256>", as the Hub does for small LFS files
+        "redirect" the Hub's real way: a 302 to /cdn/<name>/<file>, the X-Linked-Etag only on the 302
+        "truncate" model.safetensors announces its full Content-Length, sends half, closes the connection
+  bad_sha: announce a wrong sha256 for model.safetensors.
+  """
+  def __init__(self, repos: dict):
+    self.repos, self.mode, self.bad_sha, self.requests = repos, "direct", False, []
+    hub = self
+    class Handler(BaseHTTPRequestHandler):
+      def log_message(self, *args): pass
+      def do_GET(self): hub.answer(self)
+    self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+    self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+    self.thread.start()
+
+  def etag(self, data: bytes) -> str:
+    return '"' + (hashlib.sha256(b"not these bytes").hexdigest() if self.bad_sha else hashlib.sha256(data).hexdigest()) + '"'
+
+  def answer(self, h: BaseHTTPRequestHandler) -> None:
+    self.requests.append(h.path)
+    parts = h.path.strip("/").split("/")
+    if parts[:1] == ["openai-community"] and parts[2:4] == ["resolve", "main"] and len(parts) == 5: name, file, cdn = parts[1], parts[4], False
+    elif parts[:1] == ["cdn"] and len(parts) == 3: name, file, cdn = parts[1], parts[2], True
+    else: return h.send_error(404)
+    path = self.repos[name] / file if name in self.repos else None
+    if path is None or not path.is_file(): return h.send_error(404, "Entry not found")
+    data, lfs = path.read_bytes(), file == "model.safetensors"
+    if lfs and self.mode == "redirect" and not cdn:
+      h.send_response(302)
+      h.send_header("Location", f"/cdn/{name}/{file}")
+      h.send_header("X-Linked-Etag", self.etag(data))
+      h.send_header("Content-Length", "0")
+      return h.end_headers()
+    h.send_response(200)
+    h.send_header("Content-Length", str(len(data)))
+    if lfs and self.mode == "direct": h.send_header("X-Linked-Etag", self.etag(data))
+    h.end_headers()
+    h.wfile.write(data[:len(data) // 2] if lfs and self.mode == "truncate" else data)
+    h.close_connection = True
+
+  def close(self):
+    self.server.shutdown(); self.server.server_close(); self.thread.join()
+
+@pytest.fixture
+def hub(checkpoint, cache, monkeypatch):
+  """A real HTTP server holding the tiny checkpoint as openai-community/gpt2, with HF_ENDPOINT pointing at it."""
+  server = Hub({"gpt2": checkpoint})
+  monkeypatch.setenv("HF_ENDPOINT", server.url)
+  yield server
+  server.close()
+
+# --- downloads ---
+
+@pytest.mark.parametrize("mode", ["direct", "redirect"])
+def test_download_then_cache(hub, checkpoint, cache, mode):
+  """The first load downloads both files (sha256 checked, also via the 302), gives the local folder's logits; the second makes no request."""
+  hub.mode = mode
+  model = load_model("gpt2")
+  expected = ["/openai-community/gpt2/resolve/main/config.json", "/openai-community/gpt2/resolve/main/model.safetensors"]
+  assert hub.requests == expected + (["/cdn/gpt2/model.safetensors"] if mode == "redirect" else [])
+  assert sorted(os.listdir(cache / "gpt2")) == ["config.json", "model.safetensors"]
+  for f in ("config.json", "model.safetensors"): assert (cache / "gpt2" / f).read_bytes() == (checkpoint / f).read_bytes()
+  np.testing.assert_array_equal(logits(model, TOKENS), logits(load_model(str(checkpoint)), TOKENS))
+  n = len(hub.requests)
+  load_model("gpt2")
+  assert len(hub.requests) == n
+
+def test_cut_short_download_is_refused_and_leaves_nothing(hub, cache):
+  """A response that stops before its Content-Length is refused as cut short; no model.safetensors or temp file stays; a retry works."""
+  hub.mode = "truncate"
+  with pytest.raises(LoadError, match="cut short") as e: load_model("gpt2")
+  one_sentence(e)
+  assert os.listdir(cache / "gpt2") == ["config.json"]  # the complete, earlier file stays; nothing of the failed one
+  hub.mode, n = "direct", len(hub.requests)
+  load_model("gpt2")
+  assert hub.requests[n:] == ["/openai-community/gpt2/resolve/main/model.safetensors"]
+
+@pytest.mark.parametrize("mode", ["direct", "redirect"])
+def test_wrong_sha256_is_refused_and_leaves_nothing(hub, cache, mode):
+  """Bytes that do not match the announced sha256 (on the response, or on the Hub's 302) are refused as corrupt and not kept."""
+  hub.mode, hub.bad_sha = mode, True
+  with pytest.raises(LoadError, match="corrupt") as e: load_model("gpt2")
+  one_sentence(e)
+  assert os.listdir(cache / "gpt2") == ["config.json"]
+
+def test_missing_file_on_the_server(hub, cache):
+  """A 404 (the server has no such repository) is a LoadError naming the status, and creates no cache folder."""
+  with pytest.raises(LoadError, match="404") as e: load_model("gpt2-medium")
+  one_sentence(e)
+  assert not (cache / "gpt2-medium").exists()
+
+def test_no_network_says_to_use_a_folder(cache, closed_port, monkeypatch):
+  """With the endpoint unreachable, the LoadError tells the user to put config.json and model.safetensors in a folder."""
+  monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{closed_port}")
+  with pytest.raises(LoadError, match="put config.json and model.safetensors .* in a folder") as e: load_model("gpt2")
+  one_sentence(e)
+
+# --- clear errors for bad names and bad files ---
+
+def test_unknown_model_name(cache):
+  """A name that is neither a preset nor a folder is refused, listing the presets."""
+  with pytest.raises(LoadError, match="Unknown model 'gpt3'.*gpt2-medium") as e: load_model("gpt3")
+  one_sentence(e)
+
+def test_folder_without_safetensors(tmp_path):
+  """A folder lacking model.safetensors is refused, naming the missing file."""
+  write_checkpoint(tmp_path, **SHAPE)
+  (tmp_path / "model.safetensors").unlink()
+  with pytest.raises(LoadError, match="has no model.safetensors") as e: load_model(str(tmp_path))
+  one_sentence(e)
+
+@pytest.mark.parametrize("key,value", [("n_embd", 32), ("n_layer", 2), ("vocab_size", 65), ("n_positions", 64)])
+def test_tensors_that_do_not_match_the_config(checkpoint, tmp_path, key, value):
+  """A config.json that disagrees with the tensors (wider, deeper, shallower, other vocab or context) is refused, naming a tensor."""
+  folder = shutil.copytree(checkpoint, tmp_path / "ckpt")
+  config = json.loads((folder / "config.json").read_text())
+  (folder / "config.json").write_text(json.dumps(config | {key: value}))
+  with pytest.raises(LoadError, match="does not match its config.json: tensor") as e: load_model(str(folder))
+  one_sentence(e)
+
+@pytest.mark.parametrize("damage", ["garbage", "header cut", "data cut", "one byte short", "empty"])
+def test_corrupt_safetensors(checkpoint, tmp_path, damage):
+  """Garbage bytes, or a model.safetensors cut anywhere, is refused with advice to fetch it again."""
+  folder = shutil.copytree(checkpoint, tmp_path / "ckpt")
+  data = (folder / "model.safetensors").read_bytes()
+  bad = {"garbage": np.random.default_rng(0).bytes(len(data)), "header cut": data[:40], "data cut": data[:len(data) // 2],
+         "one byte short": data[:-1], "empty": b""}[damage]
+  (folder / "model.safetensors").write_bytes(bad)
+  with pytest.raises(LoadError, match="Cannot read .*model.safetensors.*fetch it again") as e: load_model(str(folder))
+  one_sentence(e)
+
+@pytest.mark.parametrize("text", ["{not json", "", "[1, 2]", '{"n_layer": 1}'])
+def test_config_that_is_not_json(checkpoint, tmp_path, text):
+  """A config.json that is not JSON, or not a JSON object with GPT-2's keys, is refused, naming the file."""
+  folder = shutil.copytree(checkpoint, tmp_path / "ckpt")
+  (folder / "config.json").write_text(text)
+  with pytest.raises(LoadError, match="config.json is not a GPT-2 config") as e: load_model(str(folder))
+  one_sentence(e)
+
+@pytest.mark.parametrize("key,value", [("n_head", 3), ("n_embd", 17), ("n_head", 0), ("n_layer", 0), ("n_layer", "1"), ("n_embd", None)])
+def test_config_with_impossible_numbers(checkpoint, tmp_path, key, value):
+  """Shape numbers no GPT-2 can have (n_embd not a multiple of n_head, zero, not an integer) are refused, naming the file."""
+  folder = shutil.copytree(checkpoint, tmp_path / "ckpt")
+  config = json.loads((folder / "config.json").read_text())
+  (folder / "config.json").write_text(json.dumps(config | {key: value}))
+  with pytest.raises(LoadError, match="config.json is not a GPT-2 config") as e: load_model(str(folder))
+  one_sentence(e)
+
+# --- the tokenizer, offline ---
+
+TEXT = "Alan Turing theorized that computers would one day become"
+TEXT_TOKENS = [36235, 39141, 18765, 1143, 326, 9061, 561, 530, 1110, 1716]
+# tiktoken's cache names: the sha1 of each file's URL on OpenAI's server
+TIKTOKEN_NAMES = {"vocab.bpe": "6d1cbeee0f20b3d9449abfede4726ed8212e3aee", "encoder.json": "6c7ea1a7e38e3a7f062df639a5b80947f075ffe6"}
+needs_tokenizer_files = pytest.mark.skipif(not all((TOKENIZER_DIR / f).is_file() for f in TIKTOKEN_NAMES),
+                                           reason=f"GPT-2's tokenizer files are not in {TOKENIZER_DIR} (see the project README)")
+
+@pytest.fixture
+def offline_tiktoken(tmp_path, closed_port, monkeypatch):
+  """An empty TIKTOKEN_CACHE_DIR, tiktoken's in-process encodings forgotten, and every HTTP(S) request sent to a closed proxy."""
+  monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "tiktoken"))
+  monkeypatch.setattr(tiktoken.registry, "ENCODINGS", {})
+  for v in ("HTTP_PROXY", "HTTPS_PROXY"): monkeypatch.setenv(v, f"http://127.0.0.1:{closed_port}")
+  for v in ("ALL_PROXY", "http_proxy", "https_proxy", "all_proxy", "NO_PROXY", "no_proxy"): monkeypatch.delenv(v, raising=False)
+  return tmp_path / "tiktoken"
+
+@needs_tokenizer_files
+def test_tokenizer_from_folder(offline_tiktoken):
+  """The real GPT-2 BPE, built from a folder with no network, gives the known tokens and decodes back."""
+  enc = load_tokenizer(str(TOKENIZER_DIR))
+  assert enc.encode(TEXT) == TEXT_TOKENS and enc.decode(TEXT_TOKENS) == TEXT and enc.n_vocab == 50257
+
+@needs_tokenizer_files
+def test_tokenizer_from_tiktoken_cache(offline_tiktoken):
+  """tiktoken's own route: the two files pre-placed in TIKTOKEN_CACHE_DIR under their URL-hash names, no network."""
+  offline_tiktoken.mkdir()
+  for f, name in TIKTOKEN_NAMES.items(): shutil.copy(TOKENIZER_DIR / f, offline_tiktoken / name)
+  enc = load_tokenizer()
+  assert enc.encode(TEXT) == TEXT_TOKENS and enc.decode(TEXT_TOKENS) == TEXT
+
+def test_tokenizer_folder_without_files(offline_tiktoken, tmp_path):
+  """A folder lacking encoder.json and vocab.bpe is a LoadError naming the folder."""
+  with pytest.raises(LoadError, match="from the folder") as e: load_tokenizer(str(tmp_path / "empty"))
+  one_sentence(e)
+
+def test_tokenizer_no_network_empty_cache(offline_tiktoken):
+  """No network and nothing in tiktoken's cache is a LoadError saying where to get the two files."""
+  with pytest.raises(LoadError, match="put encoder.json and vocab.bpe") as e: load_tokenizer()
+  one_sentence(e)
