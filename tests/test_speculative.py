@@ -1,0 +1,139 @@
+"""speculative.py: greedy equals Algorithm 1, a perfect draft is always accepted, the stopping rules hold, and the CLI
+works as a user runs it, with one clear sentence for bad input."""
+import os, subprocess, sys
+import numpy as np, pytest
+from tinygrad import Tensor
+from tiny import REPO, TOKENIZER_DIR, write_checkpoint
+from weights import load_model
+from speculative import autoregressive_sample, sample, speculative_sample, to_probs, verify
+
+PROMPT = [5, 17, 2, 33]
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+  """A target, a draft that often agrees with it (the same weights, scaled), and a second copy of the target."""
+  root = tmp_path_factory.mktemp("models")
+  target = write_checkpoint(root / "target", n_layer=2, n_head=2, n_embd=32, vocab_size=64, n_ctx=48, seed=1, std=0.3)
+  draft = write_checkpoint(root / "draft", n_layer=2, n_head=2, n_embd=32, vocab_size=64, n_ctx=48, seed=1, std=0.2)
+  return load_model(str(target)), load_model(str(draft)), load_model(str(target))
+
+@pytest.mark.parametrize("K", range(1, 7))
+def test_greedy_speculative_equals_greedy_autoregressive(models, K):
+  """At temperature 0, Algorithm 2 emits exactly Algorithm 1's tokens, through rejections and bonus tokens alike."""
+  target, draft, _ = models
+  expected, _ = autoregressive_sample(target, PROMPT, 30, temperature=0)
+  got, origins, stats = speculative_sample(target, draft, PROMPT, 30, K=K, temperature=0)
+  assert got == expected
+  assert {"accepted", "resampled", "bonus"} <= set(origins)  # the run went through every branch of verify
+
+@pytest.mark.parametrize("settings", [dict(), dict(top_k=5), dict(top_p=0.8), dict(temperature=0.7, top_k=10, top_p=0.9)])
+def test_a_draft_equal_to_the_target_is_always_accepted(models, settings):
+  """With p = q, r·p(x̃) < q(x̃) holds for every r < 1: α̂ = 1 exactly, and every round ends with a bonus token."""
+  target, _, copy = models
+  tokens, origins, stats = speculative_sample(target, copy, PROMPT, 40, K=4, seed=3, **settings)
+  assert stats.acceptance_rate == 1.0 and "resampled" not in origins and len(tokens) == 40
+
+def test_same_seed_same_tokens(models):
+  target, draft, _ = models
+  runs = [speculative_sample(target, draft, PROMPT, 25, K=3, seed=s)[0] for s in (7, 7, 8)]
+  assert runs[0] == runs[1] and runs[0] != runs[2]
+
+@pytest.mark.parametrize("max_new", [1, 2, 7, 13])
+def test_stops_at_exactly_max_new_tokens(models, max_new):
+  """An all-accept round emits K+1 tokens; the last round is cut so the total is exact."""
+  target, _, copy = models
+  assert len(speculative_sample(target, copy, PROMPT, max_new, K=4)[0]) == max_new
+
+def test_stops_at_eos_inside_an_accepted_draft(models):
+  target, _, copy = models
+  greedy, _ = autoregressive_sample(target, PROMPT, 20, temperature=0, eos=None)
+  eos = greedy[6]  # with p = q every draft is accepted, so this token arrives in the middle of a round
+  tokens, origins, _ = speculative_sample(target, copy, PROMPT, 20, K=4, temperature=0, eos=eos)
+  assert tokens == greedy[:greedy.index(eos) + 1] and len(origins) == len(tokens)
+
+def test_never_runs_past_the_context(models):
+  """Near the end of the 48 positions K shrinks; generation stops when the context is full."""
+  target, draft, _ = models
+  prompt = list(range(44))
+  tokens, _, _ = speculative_sample(target, draft, prompt, 100, K=6, eos=None)
+  assert len(prompt) + len(tokens) == 48
+  assert len(autoregressive_sample(target, prompt, 100, eos=None)[0]) == 4
+
+def test_to_probs_filters_as_documented():
+  """Temperature, top-k and top-p against a plain NumPy reading of their definitions."""
+  logits = np.array([[2.0, 1.0, 0.5, 0.5, -1.0, 3.0]], np.float32)
+  def softmax(z): e = np.exp(z - z.max()); return e / e.sum()
+  probs = lambda **kw: to_probs(Tensor(logits), **kw).numpy()[0]
+  assert np.array_equal(probs(temperature=0), np.eye(6)[5])
+  np.testing.assert_allclose(probs(temperature=0.5), softmax(logits[0] / 0.5), atol=1e-6)
+  np.testing.assert_allclose(probs(top_k=2), softmax(np.where(logits[0] >= 2.0, logits[0], -np.inf)), atol=1e-6)
+  np.testing.assert_allclose(probs(top_k=3), softmax(np.where(logits[0] >= 1.0, logits[0], -np.inf)), atol=1e-6)
+  full = softmax(logits[0])  # sorted: 0.60, 0.22, 0.08, ... so top-p 0.7 keeps the first two, top-p 0.5 only the first
+  np.testing.assert_allclose(probs(top_p=0.7), np.where(full >= full[0], full, 0) / full[[5, 0]].sum(), atol=1e-6)
+  assert np.array_equal(probs(top_p=0.5) > 0, np.eye(6, dtype=bool)[5])
+
+def test_verify_rejects_what_the_target_cannot_emit():
+  """A draft token with q(x̃) = 0 is never accepted, whatever r is; the resample then comes from (q - p)+."""
+  rng = np.random.default_rng(0)
+  p, q = np.array([[0.5, 0.5, 0.0]]), np.array([[0.0, 0.4, 0.6], [1.0, 0.0, 0.0]])
+  for _ in range(200):
+    tokens, origins = verify([0], p, q, rng)
+    assert origins == ["resampled"] and tokens[0] == 2  # (q - p)+ = [0, 0, 0.6]
+  assert all(sample(np.array([0.3, 0.0, 0.7]), rng) != 1 for _ in range(500))
+
+# ***** the command line, run as a user runs it *****
+
+def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+  return subprocess.run([sys.executable, str(REPO / "speculative.py"), *args], capture_output=True, text=True, cwd=REPO,
+                        env={**os.environ, "DEV": os.environ.get("DEV", "CPU"), **(env or {})}, timeout=600)
+
+@pytest.fixture(scope="module")
+def gpt2_vocab_models(tmp_path_factory):
+  """Tiny depth and width, GPT-2's full 50257-token vocabulary, so the real tokenizer applies."""
+  if not TOKENIZER_DIR.is_dir(): pytest.skip(f"the GPT-2 tokenizer files are not in {TOKENIZER_DIR} (see tests/tiny.py)")
+  root = tmp_path_factory.mktemp("cli")
+  shape = dict(n_layer=1, n_head=2, n_embd=16, vocab_size=50257, n_ctx=64, seed=4)
+  return [str(write_checkpoint(root / "target", std=0.5, **shape)), str(write_checkpoint(root / "draft", std=0.45, **shape)),
+          "--tokenizer", str(TOKENIZER_DIR)]
+
+def test_cli_prints_text_and_stats(gpt2_vocab_models):
+  target, draft, *tok = gpt2_vocab_models
+  args = ["--prompt", "Alan Turing theorized that", "--target", target, "--draft", draft, *tok, "--max-new-tokens", "12", "--seed", "1"]
+  first, second = cli(*args), cli(*args)
+  assert first.returncode == 0, first.stderr
+  assert first.stdout.startswith("Alan Turing theorized that") and "acceptance rate α̂" in first.stdout and "new tokens            12" in first.stdout
+  text = lambda out: out.split("\n\n---")[0]
+  assert text(first.stdout) == text(second.stdout)  # same seed, same tokens
+
+def test_cli_compare_and_trace(gpt2_vocab_models):
+  target, draft, *tok = gpt2_vocab_models
+  out = cli("--prompt", "Hello", "--target", target, "--draft", draft, *tok, "--max-new-tokens", "10", "--compare", "--trace", "-K", "3")
+  assert out.returncode == 0, out.stderr
+  assert "Algorithm 1 (auto-regressive)" in out.stdout and "x measured" in out.stdout and "\033[3" in out.stdout
+
+def bad_inputs(target: str, draft: str, tokenizer: list[str], small_vocab: str, not_a_checkpoint: str):
+  ok = ["--target", target, "--draft", draft, *tokenizer]
+  return {
+    "empty prompt": (["--prompt", "", *ok], "prompt is empty"),
+    "prompt past the context": (["--prompt", "word " * 80, *ok], "context holds 64"),
+    "K < 1": (["--prompt", "Hi", "-K", "0", *ok], "at least 1"),
+    "max-new-tokens < 1": (["--prompt", "Hi", "--max-new-tokens", "0", *ok], "max-new-tokens is 0"),
+    "temperature < 0": (["--prompt", "Hi", "--temperature", "-1", *ok], "temperature is -1.0"),
+    "top-k < 0": (["--prompt", "Hi", "--top-k", "-2", *ok], "top-k is -2"),
+    "top-p of 0": (["--prompt", "Hi", "--top-p", "0", *ok], "(0, 1]"),
+    "top-p above 1": (["--prompt", "Hi", "--top-p", "1.5", *ok], "(0, 1]"),
+    "unknown model": (["--prompt", "Hi", "--target", "gpt5", "--draft", draft, *tokenizer], "Unknown model 'gpt5'"),
+    "not a checkpoint": (["--prompt", "Hi", "--target", target, "--draft", not_a_checkpoint, *tokenizer], "not a GPT-2 checkpoint"),
+    "different vocabularies": (["--prompt", "Hi", "--target", target, "--draft", small_vocab, *tokenizer], "vocabulary"),
+    "no network": (["--prompt", "Hi", "--target", "gpt2", "--draft", draft, *tokenizer], "Could not download"),
+  }
+
+def test_cli_bad_input_gets_one_sentence_and_exit_2(gpt2_vocab_models, tmp_path):
+  target, draft, *tok = gpt2_vocab_models
+  small = str(write_checkpoint(tmp_path / "small", n_layer=1, n_head=2, n_embd=16, vocab_size=64, n_ctx=64))
+  (tmp_path / "empty").mkdir()
+  no_network = {"HF_ENDPOINT": "http://127.0.0.1:9", "XDG_CACHE_HOME": str(tmp_path / "cache")}  # port 9 (discard) refuses
+  for case, (args, message) in bad_inputs(target, draft, tok, small, str(tmp_path / "empty")).items():
+    out = cli(*args, env=no_network)
+    assert out.returncode == 2 and message in out.stderr, f"{case}: {out.stderr}"
+    assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1, f"{case}: {out.stderr}"
