@@ -154,12 +154,17 @@ def test_folder_without_safetensors(tmp_path):
   with pytest.raises(LoadError, match="has no model.safetensors") as e: load_model(str(tmp_path))
   one_sentence(e)
 
+def with_config(checkpoint, tmp_path, **changes):
+  """A copy of the checkpoint whose config.json has these keys changed."""
+  folder = shutil.copytree(checkpoint, tmp_path / "ckpt")
+  config = json.loads((folder / "config.json").read_text())
+  (folder / "config.json").write_text(json.dumps(config | changes))
+  return folder
+
 @pytest.mark.parametrize("key,value", [("n_embd", 32), ("n_layer", 2), ("vocab_size", 65), ("n_positions", 64)])
 def test_tensors_that_do_not_match_the_config(checkpoint, tmp_path, key, value):
   """A config.json that disagrees with the tensors (wider, deeper, shallower, other vocab or context) is refused, naming a tensor."""
-  folder = shutil.copytree(checkpoint, tmp_path / "ckpt")
-  config = json.loads((folder / "config.json").read_text())
-  (folder / "config.json").write_text(json.dumps(config | {key: value}))
+  folder = with_config(checkpoint, tmp_path, **{key: value})
   with pytest.raises(LoadError, match="does not match its config.json: tensor") as e: load_model(str(folder))
   one_sentence(e)
 
@@ -185,9 +190,7 @@ def test_config_that_is_not_json(checkpoint, tmp_path, text):
 @pytest.mark.parametrize("key,value", [("n_head", 3), ("n_embd", 17), ("n_head", 0), ("n_layer", 0), ("n_layer", "1"), ("n_embd", None)])
 def test_config_with_impossible_numbers(checkpoint, tmp_path, key, value):
   """Shape numbers no GPT-2 can have (n_embd not a multiple of n_head, zero, not an integer) are refused, naming the file."""
-  folder = shutil.copytree(checkpoint, tmp_path / "ckpt")
-  config = json.loads((folder / "config.json").read_text())
-  (folder / "config.json").write_text(json.dumps(config | {key: value}))
+  folder = with_config(checkpoint, tmp_path, **{key: value})
   with pytest.raises(LoadError, match="config.json is not a GPT-2 config") as e: load_model(str(folder))
   one_sentence(e)
 
