@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Callable
 import numpy as np
 from tinygrad import Device, Tensor, dtypes
+from tinygrad.helpers import DEV
 from gpt2 import GPT2, jit_by_length
 from weights import LoadError, load_model, load_tokenizer
 
@@ -240,7 +241,7 @@ def run(args: argparse.Namespace) -> None:
   check_settings(args.max_new_tokens, args.lookahead, args.temperature, args.top_k, args.top_p)
   if not args.prompt: raise ValueError("The prompt is empty: give some text to continue.")
   if args.device:
-    try: Device.DEFAULT = Device[args.device.upper()].device
+    try: DEV.value = Device[args.device.upper()].device  # open it now, so an unusable device fails here
     except Exception as e: raise ValueError(f"The device {args.device} is not usable here ({type(e).__name__}): try CPU, CUDA or METAL.") from None
   enc = load_tokenizer(args.tokenizer)
   dtype = dtypes.float16 if args.half else dtypes.float32

@@ -125,6 +125,7 @@ def bad_inputs(target: str, draft: str, tokenizer: list[str], small_vocab: str, 
     "unknown model": (["--prompt", "Hi", "--target", "gpt5", "--draft", draft, *tokenizer], "Unknown model 'gpt5'"),
     "not a checkpoint": (["--prompt", "Hi", "--target", target, "--draft", not_a_checkpoint, *tokenizer], "not a GPT-2 checkpoint"),
     "different vocabularies": (["--prompt", "Hi", "--target", target, "--draft", small_vocab, *tokenizer], "vocabulary"),
+    "unknown device": (["--prompt", "Hi", "--device", "NOPE", *ok], "device NOPE is not usable here"),
     "no network": (["--prompt", "Hi", "--target", "gpt2", "--draft", draft, *tokenizer], "Could not download"),
   }
 
