@@ -88,12 +88,13 @@ class Stats:
   draft_calls: int = 0
   drafted: int = 0
   accepted: int = 0
+  rejected: int = 0         # drafts after a rejection are never checked: α̂ = accepted / (accepted + rejected)
   target_time: float = 0.0  # seconds in the target's forward passes (including the copy of q to the host)
   draft_time: float = 0.0
   total_time: float = 0.0
 
   @property
-  def acceptance_rate(self) -> float: return self.accepted / max(self.drafted, 1)  # α̂
+  def acceptance_rate(self) -> float: return self.accepted / max(self.accepted + self.rejected, 1)  # α̂, the paper's α
   @property
   def tokens_per_target_call(self) -> float: return self.new_tokens / max(self.target_calls, 1)
   @property
@@ -183,6 +184,7 @@ def speculative_sample(target: GPT2, draft: GPT2, prompt_tokens: list[int], max_
     # Algorithm 2: "for t = 1 : K do" accept or reject each draft, then the bonus token (see verify)
     new, came_from = verify(drafts, np.stack(p), q, rng)
     stats.drafted, stats.accepted = stats.drafted + k, stats.accepted + len(new) - 1
+    stats.rejected += came_from[-1] == "resampled"
     # Roll back: both caches keep x_1..x_n and the accepted drafts; what they hold past that is overwritten next round.
     target_cached, draft_cached = n + len(new) - 1, min(pos, n + len(new) - 1)
     # Never overshoot: stop at max_new_tokens, at the end of the context, and at eos even inside an accepted run.
@@ -212,7 +214,7 @@ def report(stats: Stats, K: int | None = None) -> str:
   if K is not None:
     a = stats.acceptance_rate
     lines += [f"draft calls           {stats.draft_calls}",
-              f"acceptance rate α̂     {a:.3f} ({stats.accepted} of {stats.drafted} drafts accepted)",
+              f"acceptance rate α̂     {a:.3f} ({stats.accepted} of {stats.accepted + stats.rejected} checked drafts accepted, {stats.drafted} drafted)",
               f"tokens/target call    {stats.tokens_per_target_call:.2f} (paper's (1 - α^(K+1)) / (1 - α) at α̂: {expected_tokens_per_loop(a, K):.2f})",
               f"time per draft call   {1e3 * stats.draft_time / max(stats.draft_calls, 1):.1f} ms",
               f"time per target call  {1e3 * stats.target_time / max(stats.target_calls, 1):.1f} ms (c = {stats.cost_ratio:.3f})"]
