@@ -1,0 +1,267 @@
+"""Theorem 1 of Chen et al. (2023), checked by chi-square tests: speculative sampling emits the target's distribution.
+
+    DEV=CPU python -m pytest tests/test_distribution.py -v --durations=0     # about 2.5 minutes on 2 CPU cores
+
+Notation as in the paper and speculative.py: q is the target, p the draft, K the lookahead, x̃ a draft token.
+Part 1 runs speculative.verify alone on hand-made (q, p) pairs; part 2 runs speculative_sample end to end on two
+tiny random GPT-2s and compares the joint histogram of its first L tokens with the target's exact joint
+distribution, enumerated from the target's own conditionals. Part 3 breaks the sampler on purpose and checks that
+the same test, at the same N, rejects it.
+
+What a failure means. Every seed is fixed, so a run always gives the same p-values. A correct sampler fails a
+part-1 or part-2 test with probability at most 1e-3 per grid (Bonferroni), so a failure after a change to
+speculative.py or gpt2.py almost surely means the change broke the distribution (or the cache that produces it):
+do not loosen the threshold or change the seed, find the bug; the controls in part 3 list the usual suspects.
+A failing control means the test lost the power to see such a bug (N or the models were changed too far).
+"""
+from __future__ import annotations
+import functools, itertools
+from typing import Callable
+import numpy as np, pytest
+from scipy import stats
+from tiny import write_checkpoint
+from weights import load_model
+import speculative
+from gpt2 import GPT2
+from speculative import next_probs, sample, speculative_sample, verify
+
+Settings = tuple[float, int, float]  # (temperature, top_k, top_p), as speculative.next_probs takes them
+PLAIN: Settings = (1.0, 0, 1.0)
+
+def chisquare_pvalue(counts: np.ndarray, probs: np.ndarray) -> float:
+  """Pearson's chi-square p-value of counts against probs; the least likely cells are pooled until every bin expects >= 5.
+
+  A count in a cell of probability 0 cannot happen under the reference, whatever N: the p-value is then 0.
+  """
+  if counts[probs == 0].any(): return 0.0
+  order = np.argsort(probs)
+  observed, expected = counts[order], counts.sum() * probs[order] / probs.sum()
+  if (small := int((expected < 5).sum())):  # pool the small cells, plus the next ones until the pool expects >= 5
+    pooled = max(small, int(np.searchsorted(np.cumsum(expected), 5)) + 1)
+    observed, expected = np.r_[observed[:pooled].sum(), observed[pooled:]], np.r_[expected[:pooled].sum(), expected[pooled:]]
+  if len(expected) < 2: return 1.0  # all the mass in one bin: nothing left to compare
+  return float(stats.chisquare(observed, expected).pvalue)
+
+# ***** part 1: one verification step, no model *****
+
+def normalised(weights) -> np.ndarray:
+  w = np.asarray(weights, dtype=np.float64)
+  return w / w.sum()
+
+def one_hot(V: int, i: int) -> np.ndarray:
+  return np.eye(V)[i]
+
+def verification_pairs() -> dict[str, tuple[np.ndarray, np.ndarray]]:
+  """(q, p) pairs over 2 to 50 tokens: the edge cases of Algorithm 2's accept/reject step, then random ones."""
+  rng = np.random.default_rng(2023)
+  dirichlet = lambda V, a: rng.dirichlet(np.full(V, a))
+  q6, q8 = dirichlet(6, 1.0), dirichlet(8, 1.0)
+  pairs = {
+    "p equals q": (q6, q6.copy()),
+    "p equals q, two tokens": (normalised([0.3, 0.7]), normalised([0.3, 0.7])),
+    "disjoint supports": (normalised([3, 2, 1, 0, 0, 0]), normalised([0, 0, 0, 1, 2, 3])),
+    "p zero where q is positive": (q8, normalised(q8 * (np.arange(8) % 2))),
+    "q zero where p is positive": (normalised(q8 * (np.arange(8) % 2)), q8),
+    "one-hot p": (dirichlet(10, 1.0), one_hot(10, 3)),
+    "one-hot q": (one_hot(10, 3), dirichlet(10, 1.0)),
+    "one-hot p and q, same token": (one_hot(3, 1), one_hot(3, 1)),
+    "one-hot p and q, different tokens": (one_hot(4, 0), one_hot(4, 2)),
+    "near-uniform, 50 tokens": (normalised(1 + 0.02 * rng.random(50)), normalised(1 + 0.02 * rng.random(50))),
+    "near-uniform q, peaked p": (normalised(1 + 0.02 * rng.random(20)), dirichlet(20, 0.1)),
+    "peaked q, near-uniform p": (dirichlet(20, 0.1), normalised(1 + 0.02 * rng.random(20))),
+    "two tokens, opposite": (normalised([0.9, 0.1]), normalised([0.1, 0.9])),
+    "p is q at temperature 2": (q8, normalised(q8 ** 0.5)),
+    "p is q at temperature 0.5": (q8, normalised(q8 ** 2)),
+    "p within 1e-3 of q": (q6, normalised(q6 + 1e-3 * rng.random(6))),
+    "q has a 1e-4 token p lacks": (normalised([0.5, 0.4999, 1e-4]), normalised([0.5, 0.5, 0])),
+  }
+  for V, a in [(2, 1.0), (3, 0.3), (5, 1.0), (13, 0.5), (32, 2.0), (50, 0.2)]:
+    pairs[f"random, {V} tokens, Dirichlet({a})"] = (dirichlet(V, a), dirichlet(V, a))
+  return pairs
+
+PAIRS = verification_pairs()
+# N draws per pair. With 20,000 draws every token of probability >= 2.5e-4 has its own bin (expected count >= 5).
+# At the threshold below, an error of 0.02 in β gives a binomial p-value near 1e-8, and the chi-square test has
+# 95% power against a χ² divergence Σ (Δ²/q) of 0.0025 over 5 bins (0.02 of probability moved between two tokens
+# of probability 0.25). The two broken verifys of part 3 are rejected with p < 1e-60. Each pair costs ~0.2 s.
+N_STEP = 20_000
+ALPHA_STEP = 1e-3 / (2 * len(PAIRS))  # Bonferroni: two tests per pair, so the grid's false-alarm rate is <= 1e-3
+
+def one_step(q: np.ndarray, p: np.ndarray, n: int, seed: int) -> tuple[np.ndarray, int]:
+  """n rounds of verify with K = 1: x̃ ~ p, then accept or resample. The first emitted tokens' counts, and how many x̃ were accepted."""
+  rng = np.random.default_rng(seed)
+  drafts = rng.choice(len(p), size=n, p=p)  # x̃ ~ p, drawn in one go: the draft's draws are not under test here
+  # K + 1 = 2 target rows: q for x̃, and a bonus distribution for after an accept (deliberately unlike q)
+  q_rows, counts, accepted = np.stack([q, q[::-1]]), np.zeros(len(q), dtype=np.int64), 0
+  for x in drafts:
+    new, came_from = speculative.verify([int(x)], p[None], q_rows, rng)
+    counts[new[0]] += 1
+    accepted += came_from[0] == "accepted"
+  return counts, accepted
+
+def step_pvalues(q: np.ndarray, p: np.ndarray, seed: int = 0) -> tuple[float, float]:
+  """The chi-square p-value of the emitted token against q, and the binomial p-value of the acceptances against β = Σ min(p, q)."""
+  counts, accepted = one_step(q, p, N_STEP, seed)
+  beta = float(np.minimum(p, q).sum())
+  # β is exactly 0 or 1 for some edge cases; binomtest handles those (any other count then has p-value 0)
+  return chisquare_pvalue(counts, q), stats.binomtest(accepted, N_STEP, min(beta, 1.0)).pvalue
+
+@pytest.mark.parametrize("name", PAIRS)
+def test_one_step_emits_q(name: str):
+  """One accept/reject step emits a token distributed as q, and accepts x̃ with probability β = Σ min(p, q)."""
+  q, p = PAIRS[name]
+  chi2_p, binom_p = step_pvalues(q, p)
+  assert chi2_p > ALPHA_STEP and binom_p > ALPHA_STEP, f"emitted-token p = {chi2_p:.2e}, acceptance p = {binom_p:.2e}"
+
+# ***** part 2: the whole algorithm, through speculative_sample *****
+
+# A 4-token vocabulary keeps the target's joint law of L tokens small enough to enumerate (4**L cells). The draft
+# is an unrelated random model (other seed, other scale) that agrees with the target about half to three quarters
+# of the time: rejections and all-accept rounds are both common, and the bugs of part 3, which act on rejections,
+# make a large difference. With these weights no top-p nucleus boundary lies within 0.002 of 0.9, so float32
+# rounding cannot move a token in or out of it between speculative_sample's batched pass and the reference's.
+VOCAB, PROMPT = 4, [0]
+TINY = dict(n_layer=1, n_head=1, n_embd=8, vocab_size=VOCAB, n_ctx=16)
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> tuple[GPT2, GPT2]:
+  """The target q and the draft p, loaded once so that their JIT stays warm for the whole module."""
+  folder = tmp_path_factory.mktemp("tiny")
+  target = load_model(str(write_checkpoint(folder / "target", seed=5, std=0.6, **TINY)))
+  draft = load_model(str(write_checkpoint(folder / "draft", seed=10, std=0.5, **TINY)))
+  return target, draft
+
+@functools.cache
+def exact_joint(target: GPT2, L: int, settings: Settings) -> np.ndarray:
+  """The target's exact probability of each of the VOCAB**L continuations of PROMPT (index: the tokens read as a base-VOCAB number).
+
+  The chain rule on the target's own conditionals, each from a fresh forward pass at start_pos 0 on its prefix.
+  """
+  joint = np.ones(1)
+  for prefix_len in range(L):
+    prefixes = itertools.product(range(VOCAB), repeat=prefix_len)  # in the same order as the index
+    q = np.stack([next_probs(target, PROMPT + list(prefix), 0, 1, settings)[0] for prefix in prefixes])
+    joint = (joint[:, None] * q).reshape(-1)
+  return joint
+
+def sampled_joint(target: GPT2, draft: GPT2, K: int, L: int, settings: Settings, n: int) -> tuple[np.ndarray, dict[str, int]]:
+  """Counts of speculative_sample's first L tokens over seeds 0 .. n-1, and in how many samples each path of Algorithm 2 showed."""
+  temperature, top_k, top_p = settings
+  counts = np.zeros(VOCAB ** L, dtype=np.int64)
+  paths = dict.fromkeys(("rejection", "all-accept round with its bonus", "round after a rejection", "round after a bonus"), 0)
+  for seed in range(n):
+    tokens, origins, _ = speculative_sample(target, draft, PROMPT, L, K=K, temperature=temperature, top_k=top_k, top_p=top_p,
+                                            seed=seed, eos=None)  # eos=None: GPT-2's eos id is not in this vocabulary anyway
+    counts[np.ravel_multi_index(tokens, (VOCAB,) * L)] += 1  # the tokens as a base-VOCAB number, as in exact_joint
+    paths["rejection"] += "resampled" in origins
+    paths["all-accept round with its bonus"] += "bonus" in origins
+    paths["round after a rejection"] += "resampled" in origins[:-1]
+    paths["round after a bonus"] += "bonus" in origins[:-1]
+  return counts, paths
+
+# The grid. L = K + 2 new tokens: the window holds a whole all-accept round (K drafts and the bonus) plus the first
+# token of the next round, so every path of Algorithm 2 lands in it: a rejection, an all-accept round with its bonus,
+# and a second round after a rollback (or after the bonus), where the draft first catches up on what it has not fed.
+CASES: dict[str, tuple[int, Settings]] = {
+  "K=1": (1, PLAIN), "K=2": (2, PLAIN), "K=4": (4, PLAIN),
+  "K=2, temperature 0.7": (2, (0.7, 0, 1.0)), "K=2, top-k 2": (2, (1.0, 2, 1.0)), "K=2, top-p 0.9": (2, (1.0, 0, 0.9)),
+}
+# N samples per case. Cost sets the scale: one speculative_sample call is 4 to 15 forward passes of a few ms each
+# (tinygrad's per-call overhead, not arithmetic), so N = 400 already takes most of the time budget. It is enough
+# power: every control of part 3 is rejected at this N with p < 1e-14, eight orders of magnitude below its 1e-6
+# bar (the weakest when written: "rollback keeps the rejected draft", 9e-15, and "resample from q", 1e-16). The
+# cells that expect >= 5 samples hold 90% of the target's mass for K=1, 70% for K=2 and 50% for K=4 (one bin pools the rest).
+N_JOINT = 400
+ALPHA_JOINT = 1e-3 / len(CASES)  # Bonferroni over the grid: a correct sampler fails some case with probability <= 1e-3
+
+def joint_test(target: GPT2, draft: GPT2, case: str) -> tuple[float, dict[str, int]]:
+  """The test that every part-2 case and every control runs: N_JOINT samples, chi-square against the target's exact joint."""
+  K, settings = CASES[case]
+  counts, paths = sampled_joint(target, draft, K, K + 2, settings, N_JOINT)
+  return chisquare_pvalue(counts, exact_joint(target, K + 2, settings)), paths
+
+@pytest.mark.parametrize("case", CASES)
+def test_speculative_sample_keeps_the_targets_distribution(models: tuple[GPT2, GPT2], case: str):
+  """speculative_sample's first K + 2 tokens follow the target's exact joint distribution (Theorem 1), through every path."""
+  pvalue, paths = joint_test(*models, case)
+  assert min(paths.values()) >= N_JOINT // 100, f"a path of Algorithm 2 is (almost) missing from the window: {paths}"
+  assert pvalue > ALPHA_JOINT, f"p = {pvalue:.2e}; paths seen: {paths}"
+
+# ***** part 3: broken samplers (negative controls) that the same tests must reject *****
+# Each function below installs one bug by monkeypatching speculative.py's verify, sample or next_probs, which
+# speculative_sample looks up at call time. The test then runs unchanged, at the same N, and must give p < 1e-6.
+#
+# Two bugs are missing on purpose, because no distribution test can see them: they are exact, only slower.
+# Dropping the bonus token (emit x̃_1..x̃_K after an all-accept round, and draw the next token in a new round)
+# still emits each token from q given its prefix (tried: p = 0.46 at K=2; part 2's path check fails on it instead,
+# as no round ends with a bonus). So does any bug in the draft's cache, since verify scores x̃ with the very p it
+# was drawn from (Theorem 1 holds for any draft).
+
+def accept_every_draft(monkeypatch: pytest.MonkeyPatch, target: GPT2 | None, draft: GPT2 | None) -> None:
+  """verify without the test r < q(x̃)/p(x̃): every x̃ is kept, so the output follows the draft p."""
+  def broken(drafts, p, q, rng): return drafts + [sample(q[len(drafts)], rng)], ["accepted"] * len(drafts) + ["bonus"]
+  monkeypatch.setattr(speculative, "verify", broken)
+
+def resample_from_q(monkeypatch: pytest.MonkeyPatch, target: GPT2 | None, draft: GPT2 | None) -> None:
+  """A rejected x̃ is replaced by a draw from q instead of from (q - p)+: the mass that p and q share is emitted twice."""
+  def broken(drafts, p, q, rng):
+    new, came_from = verify(drafts, p, q, rng)
+    if came_from[-1] == "resampled": new[-1] = sample(q[len(new) - 1], rng)
+    return new, came_from
+  monkeypatch.setattr(speculative, "verify", broken)
+
+def argmax_draft(monkeypatch: pytest.MonkeyPatch, target: GPT2, draft: GPT2) -> None:
+  """The draft proposes its argmax, but verify scores x̃ with the draft's softmax p: x̃ is not drawn from the p it is scored with."""
+  last = {"model": None}
+  def probs(model, *args):
+    last["model"] = model
+    return next_probs(model, *args)
+  def draw(probs, rng):  # speculative_sample draws x̃ right after each draft forward pass: that draw turns greedy
+    return int(np.argmax(probs)) if last.pop("model", None) is draft else sample(probs, rng)
+  monkeypatch.setattr(speculative, "next_probs", probs)
+  monkeypatch.setattr(speculative, "sample", draw)
+
+def filter_only_the_draft(monkeypatch: pytest.MonkeyPatch, target: GPT2, draft: GPT2) -> None:
+  """top-k and top-p are applied to the draft's p but not to the target's q: the output follows the unfiltered target."""
+  def probs(model, tokens, start_pos, n_out, settings):
+    return next_probs(model, tokens, start_pos, n_out, (settings[0], 0, 1.0) if model is target else settings)
+  monkeypatch.setattr(speculative, "next_probs", probs)
+
+def score_one_position_late(monkeypatch: pytest.MonkeyPatch, target: GPT2, draft: GPT2) -> None:
+  """An off-by-one in the target's rows: x̃_t is checked against q(x|x_1..x_n, x̃_1..x̃_t) instead of q(x|x_1..x_n, x̃_1..x̃_{t-1})."""
+  def probs(model, *args):
+    q = next_probs(model, *args)
+    return np.concatenate([q[1:], q[-1:]]) if model is target else q
+  monkeypatch.setattr(speculative, "next_probs", probs)
+
+def keep_the_rejected_draft(monkeypatch: pytest.MonkeyPatch, target: GPT2, draft: GPT2) -> None:
+  """A rollback that keeps the rejected x̃_t in the target's cache, where the resampled token belongs."""
+  cached: list[int] = []  # the token at each position of the target's KV cache
+  def probs(model, tokens, start_pos, n_out, settings):
+    if model is target:
+      if 0 < start_pos < len(cached): tokens = cached[start_pos:start_pos + 1] + tokens[1:]  # a rollback: its first position is not rewritten
+      cached[start_pos:] = tokens
+    return next_probs(model, tokens, start_pos, n_out, settings)
+  monkeypatch.setattr(speculative, "next_probs", probs)
+
+Break = Callable[[pytest.MonkeyPatch, GPT2, GPT2], None]
+CONTROLS: dict[str, tuple[Break, str]] = {  # each bug, and the part-2 case whose test must catch it
+  "accept every draft": (accept_every_draft, "K=2"), "resample from q": (resample_from_q, "K=2"),
+  "argmax draft scored with its softmax": (argmax_draft, "K=2"), "top-k on the draft only": (filter_only_the_draft, "K=2, top-k 2"),
+  "target scored one position late": (score_one_position_late, "K=2"), "rollback keeps the rejected draft": (keep_the_rejected_draft, "K=2"),
+  "target scored one position late, K=4": (score_one_position_late, "K=4"),  # K=4's window is coarse (10 bins): it can still see this
+}
+
+@pytest.mark.parametrize("name", CONTROLS)
+def test_broken_sampler_is_caught(models: tuple[GPT2, GPT2], monkeypatch: pytest.MonkeyPatch, name: str):
+  """A deliberately broken speculative_sample fails the same test at the same N with p < 1e-6: the test can see that bug."""
+  install_bug, case = CONTROLS[name]
+  install_bug(monkeypatch, *models)
+  pvalue, _ = joint_test(*models, case)
+  assert pvalue < 1e-6, f"p = {pvalue:.2e}: the test at N = {N_JOINT} no longer sees this bug"
+
+@pytest.mark.parametrize("install_bug", [accept_every_draft, resample_from_q])
+def test_broken_step_is_caught(monkeypatch: pytest.MonkeyPatch, install_bug: Break):
+  """The one-step test, at the same N, rejects a verify that keeps every x̃ or resamples from q, with p < 1e-6."""
+  install_bug(monkeypatch, None, None)
+  assert min(step_pvalues(*PAIRS["p is q at temperature 2"])) < 1e-6
