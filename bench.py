@@ -19,7 +19,7 @@ from tinygrad import Device, Tensor
 from tinygrad.helpers import tqdm
 from tinygrad.nn.state import get_parameters, get_state_dict, safe_save
 from gpt2 import GPT2, GPT2Config, PRESETS
-from speculative import Stats, autoregressive_sample, expected_tokens_per_loop, next_probs, predicted_speedup, speculative_sample
+from speculative import Stats, autoregressive_sample, expected_tokens_per_loop, main, next_probs, predicted_speedup, speculative_sample
 from weights import CONV1D, LoadError, checkpoint_dir, load_model, load_tokenizer
 
 SHARED_TOKENIZER = pathlib.Path(__file__).resolve().parent.parent / "shared" / "gpt2-tokenizer"
@@ -253,12 +253,5 @@ def run(args: argparse.Namespace) -> None:
   (json_path := out / f"{tag}.json").write_text(json.dumps(results, indent=1))
   print("results:", json_path)
 
-def main(argv: list[str] | None = None) -> int:
-  try: run(parse_args(argv))
-  except (ValueError, LoadError) as e:
-    print(f"error: {e}", file=sys.stderr)
-    return 2
-  return 0
-
 if __name__ == "__main__":
-  sys.exit(main())
+  sys.exit(main(run, parse_args()))

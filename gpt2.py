@@ -94,15 +94,20 @@ class GPT2:
     self.ln_f = nn.LayerNorm(cfg.n_embd, eps=cfg.norm_eps)
     self.step = jit_by_length(self.forward, cfg.n_ctx)
 
-  def reset_cache(self) -> None:
-    """Allocate zeroed KV caches in the weights' dtype and device (done once, before the first call)."""
+  def make_cache(self) -> None:
+    """Allocate zeroed KV caches in the weights' dtype and device, once: compiled calls keep pointing at these buffers.
+
+    The first forward pass does it; there is never a need to clear them, as stale entries are overwritten before they are read.
+    """
     cfg, w, size = self.config, self.wte.weight, self.config.n_ctx + ROWS - 1  # room for the padding rows of a block at the end
+    if self.h[0].attn.cache_kv is not None: return
     for block in self.h:
       block.attn.cache_kv = Tensor.zeros(2, 1, cfg.n_head, size, cfg.n_embd // cfg.n_head, dtype=w.dtype, device=w.device).contiguous().realize()
 
   def forward(self, tokens: Tensor, start_pos: int | Variable) -> Tensor:
     """Next-token logits (1, T, vocab) in float32 for tokens (1, T) at start_pos; no JIT, start_pos may be symbolic."""
     T = tokens.shape[1]
+    self.make_cache()
     x = self.wte(tokens) + self.wpe.weight[start_pos:start_pos + T]
     # Pad a block to a multiple of ROWS rows with zero rows after the real ones, and drop their logits. The causal mask
     # hides them from the real rows; their keys and values go to the cache past the real positions, where entries are
@@ -117,5 +122,4 @@ class GPT2:
     T = tokens.shape[1]
     if not (0 <= start_pos and start_pos + T <= self.config.n_ctx):
       raise ValueError(f"positions {start_pos}..{start_pos + T - 1} fall outside the context of {self.config.n_ctx}")
-    if self.h[0].attn.cache_kv is None: self.reset_cache()
     return self.step(tokens, start_pos)

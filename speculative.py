@@ -49,7 +49,6 @@ def _probs_fn(model: GPT2, n_out: int, temperature: float, top_k: int, top_p: fl
 
 def next_probs(model: GPT2, tokens: list[int], start_pos: int, n_out: int, settings: tuple[float, int, float]) -> np.ndarray:
   """Feed tokens at start_pos .. into model (writing its KV cache); the (n_out, V) distributions after the last n_out of them."""
-  if model.h[0].attn.cache_kv is None: model.reset_cache()
   probs = _probs_fn(model, n_out, *settings)(Tensor([tokens], dtype=dtypes.int32), start_pos).numpy().astype(np.float64)
   # tinygrad's own multinomial would silently return token 0 on NaN: refuse them here, before any draw
   if not np.isfinite(probs).all(): raise FloatingPointError("the model produced NaN or infinite probabilities")
@@ -266,8 +265,8 @@ def run(args: argparse.Namespace) -> None:
     print(f"\nspeedup               {stats.tokens_per_second / base.tokens_per_second:.2f}x measured, "
           f"{predicted:.2f}x predicted by (1 - α^(K+1)) / ((1 - α)(Kc + 1)) from α̂ and c")
 
-def main(argv: list[str] | None = None) -> int:
-  args = parse_args(argv)
+def main(run: Callable[[argparse.Namespace], None], args: argparse.Namespace) -> int:
+  """Run a command: bad input, or a model or tokenizer that cannot be had, ends it with one sentence on stderr and exit code 2."""
   try: run(args)
   except (ValueError, LoadError) as e:
     print(f"error: {e}", file=sys.stderr)
@@ -275,4 +274,4 @@ def main(argv: list[str] | None = None) -> int:
   return 0
 
 if __name__ == "__main__":
-  sys.exit(main())
+  sys.exit(main(run, parse_args(None)))
