@@ -51,7 +51,7 @@ def next_probs(model: GPT2, tokens: list[int], start_pos: int, n_out: int, setti
   """Feed tokens at start_pos .. into model (writing its KV cache); the (n_out, V) distributions after the last n_out of them."""
   probs = _probs_fn(model, n_out, *settings)(Tensor([tokens], dtype=dtypes.int32), start_pos).numpy().astype(np.float64)
   # tinygrad's own multinomial would silently return token 0 on NaN: refuse them here, before any draw
-  if not np.isfinite(probs).all(): raise FloatingPointError("the model produced NaN or infinite probabilities")
+  if not np.isfinite(probs).all(): raise FloatingPointError("The model produced NaN or infinite probabilities: its weights may be corrupt, so fetch them again.")
   return probs / probs.sum(-1, keepdims=True)
 
 # ***** the math of one step, on probability vectors (on the host) *****
@@ -268,7 +268,7 @@ def run(args: argparse.Namespace) -> None:
 def main(run: Callable[[argparse.Namespace], None], args: argparse.Namespace) -> int:
   """Run a command: bad input, or a model or tokenizer that cannot be had, ends it with one sentence on stderr and exit code 2."""
   try: run(args)
-  except (ValueError, LoadError) as e:
+  except (ValueError, LoadError, FloatingPointError) as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
   return 0
