@@ -128,4 +128,4 @@ def load_tokenizer(folder: str | None = None) -> tiktoken.Encoding:
   except Exception as e:
     where = f"the folder {folder}" if folder else "tiktoken's download"
     raise LoadError(f"Could not load the GPT-2 tokenizer from {where} ({type(e).__name__}): put encoder.json and vocab.bpe from "
-                    f"{TOKENIZER_URL} in a folder and pass that folder.") from None
+                    f"{TOKENIZER_URL} in a folder and pass it (--tokenizer DIR, or load_tokenizer(DIR)).") from None
