@@ -19,7 +19,7 @@ from tinygrad import Device, Tensor
 from tinygrad.helpers import tqdm
 from tinygrad.nn.state import get_parameters, get_state_dict, safe_save
 from gpt2 import GPT2, GPT2Config, PRESETS
-from speculative import Stats, autoregressive_sample, expected_tokens_per_loop, main, next_probs, predicted_speedup, speculative_sample
+from speculative import Stats, autoregressive_sample, check_settings, expected_tokens_per_loop, main, next_probs, predicted_speedup, speculative_sample
 from weights import CONV1D, LoadError, checkpoint_dir, load_model, load_tokenizer
 
 SHARED_TOKENIZER = pathlib.Path(__file__).resolve().parent.parent / "shared" / "gpt2-tokenizer"
@@ -100,7 +100,7 @@ def measure_k(target: GPT2, draft: GPT2, prompts: list[list[int]], n_tokens: int
   return {"K": K, "alg1_ms_per_token": 1e3 / base.tokens_per_second, "alg2_ms_per_token": 1e3 / spec.tokens_per_second,
           "speedup": speedup, "alpha": alpha, "tokens_per_target_call": spec.tokens_per_target_call, "c": c,
           # what one target call of K+1 tokens costs against one of a single token: the paper assumes about 1
-          "scoring_ratio": (spec.target_time / spec.target_calls) / (base.target_time / base.target_calls),
+          "scoring_ratio": spec.target_call_time / base.target_call_time,
           "predicted": predicted, "measured_over_predicted": speedup / predicted,
           "outside_calls_share": 1 - (spec.target_time + spec.draft_time) / spec.total_time,  # draws, accept/reject, bookkeeping
           "alg1_seconds": [b.total_time for b, _ in runs], "alg2_seconds": [s.total_time for _, s in runs],
@@ -214,8 +214,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def run(args: argparse.Namespace) -> None:
   temperature = 0.0 if args.greedy else args.temperature
   Ks = [int(k) for k in args.sweep.split(",")] if args.sweep else [args.lookahead]
-  if min(Ks) < 1 or args.max_new_tokens < 1 or args.prompts < 1 or temperature < 0:
-    raise ValueError("K, --max-new-tokens and --prompts must be at least 1, and the temperature 0 or more.")
+  for K in Ks: check_settings(args.max_new_tokens, K, temperature, 0, 1.0)
+  if args.prompts < 1: raise ValueError(f"--prompts is {args.prompts}: it must be at least 1.")
   target, draft = (random_model(m) if args.random else load_model(m) for m in (args.target, args.draft))
   kind = " (random weights: the costs are real, α̂ is not GPT-2's)" if args.random else ""
   if args.scoring:

@@ -97,8 +97,11 @@ class Stats:
   @property
   def tokens_per_target_call(self) -> float: return self.new_tokens / max(self.target_calls, 1)
   @property
-  def cost_ratio(self) -> float:  # c = time per draft call / time per target call
-    return (self.draft_time / max(self.draft_calls, 1)) / (self.target_time / max(self.target_calls, 1))
+  def draft_call_time(self) -> float: return self.draft_time / max(self.draft_calls, 1)
+  @property
+  def target_call_time(self) -> float: return self.target_time / max(self.target_calls, 1)
+  @property
+  def cost_ratio(self) -> float: return self.draft_call_time / self.target_call_time  # c
   @property
   def tokens_per_second(self) -> float: return self.new_tokens / self.total_time
 
@@ -215,9 +218,9 @@ def report(stats: Stats, K: int | None = None) -> str:
     lines += [f"draft calls           {stats.draft_calls}",
               f"acceptance rate α̂     {a:.3f} ({stats.accepted} of {stats.accepted + stats.rejected} checked drafts accepted, {stats.drafted} drafted)",
               f"tokens/target call    {stats.tokens_per_target_call:.2f} (paper's (1 - α^(K+1)) / (1 - α) at α̂: {expected_tokens_per_loop(a, K):.2f})",
-              f"time per draft call   {1e3 * stats.draft_time / max(stats.draft_calls, 1):.1f} ms",
-              f"time per target call  {1e3 * stats.target_time / max(stats.target_calls, 1):.1f} ms (c = {stats.cost_ratio:.3f})"]
-  else: lines += [f"time per target call  {1e3 * stats.target_time / max(stats.target_calls, 1):.1f} ms"]
+              f"time per draft call   {1e3 * stats.draft_call_time:.1f} ms",
+              f"time per target call  {1e3 * stats.target_call_time:.1f} ms (c = {stats.cost_ratio:.3f})"]
+  else: lines += [f"time per target call  {1e3 * stats.target_call_time:.1f} ms"]
   return "\n".join(lines + [f"tokens per second     {stats.tokens_per_second:.2f}"])
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
