@@ -99,8 +99,8 @@ class GPT2:
 
     The first forward pass does it; there is never a need to clear them, as stale entries are overwritten before they are read.
     """
-    cfg, w, size = self.config, self.wte.weight, self.config.n_ctx + ROWS - 1  # room for the padding rows of a block at the end
     if self.h[0].attn.cache_kv is not None: return
+    cfg, w, size = self.config, self.wte.weight, self.config.n_ctx + ROWS - 1  # room for the padding rows of a block at the end
     for block in self.h:
       block.attn.cache_kv = Tensor.zeros(2, 1, cfg.n_head, size, cfg.n_embd // cfg.n_head, dtype=w.dtype, device=w.device).contiguous().realize()
 
