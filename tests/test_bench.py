@@ -1,11 +1,10 @@
 """bench.py runs as a user runs it, on tiny checkpoints: its table, its plots and its JSON. (It times nothing for the tests.)"""
-import json, os, subprocess, sys
+import json, subprocess
 import pytest
-from tiny import REPO, write_checkpoint
+from tiny import run_script, write_checkpoint
 
 def bench(*args: str) -> subprocess.CompletedProcess:
-  return subprocess.run([sys.executable, str(REPO / "bench.py"), *args], capture_output=True, text=True, cwd=REPO,
-                        env={**os.environ, "DEV": os.environ.get("DEV", "CPU")}, timeout=600)
+  return run_script("bench.py", *args)
 
 def test_sweep_prints_the_table_and_writes_plots_and_json(tmp_path):
   pytest.importorskip("matplotlib", reason="--sweep draws with matplotlib: pip install -r requirements-dev.txt")

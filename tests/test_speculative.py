@@ -1,9 +1,9 @@
 """speculative.py: greedy equals Algorithm 1, a perfect draft is always accepted, the stopping rules hold, and the CLI
 works as a user runs it, with one clear sentence for bad input."""
-import os, subprocess, sys
+import subprocess
 import numpy as np, pytest
 from tinygrad import Tensor
-from tiny import REPO, TOKENIZER_DIR, write_checkpoint
+from tiny import TOKENIZER_DIR, run_script, write_checkpoint
 from weights import load_model
 from speculative import autoregressive_sample, sample, speculative_sample, to_probs, verify
 
@@ -84,8 +84,7 @@ def test_verify_rejects_what_the_target_cannot_emit():
 # ***** the command line, run as a user runs it *****
 
 def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-  return subprocess.run([sys.executable, str(REPO / "speculative.py"), *args], capture_output=True, text=True, cwd=REPO,
-                        env={**os.environ, "DEV": os.environ.get("DEV", "CPU"), **(env or {})}, timeout=600)
+  return run_script("speculative.py", *args, env=env)
 
 @pytest.fixture(scope="module")
 def gpt2_vocab_models(tmp_path_factory):

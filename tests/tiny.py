@@ -1,6 +1,6 @@
 """Tiny random-weight GPT-2 checkpoints, written in the Hugging Face Hub's exact layout, for tests that need a model."""
 from __future__ import annotations
-import json, pathlib
+import json, os, pathlib, subprocess, sys
 import numpy as np
 from tinygrad import Tensor
 from tinygrad.nn.state import safe_save
@@ -21,6 +21,11 @@ def hub_tensors(n_layer: int, n_head: int, n_embd: int, vocab_size: int, n_ctx: 
   tensors = {k: (rng.normal(0, std, s) + (k.split(".")[-2].startswith("ln") and k.endswith("weight"))).astype(np.float32) for k, s in shapes.items()}
   for i in range(n_layer): tensors[f"h.{i}.attn.bias"] = np.tril(np.ones((n_ctx, n_ctx), np.float32))[None, None]  # the Hub's causal-mask buffer
   return tensors
+
+def run_script(script: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+  """Run one of the repo's scripts as a user would, in a fresh Python on the CPU unless DEV says otherwise."""
+  return subprocess.run([sys.executable, str(REPO / script), *args], capture_output=True, text=True, cwd=REPO,
+                        env={**os.environ, "DEV": os.environ.get("DEV", "CPU"), **(env or {})}, timeout=600)
 
 def write_checkpoint(folder: str | pathlib.Path, *, n_layer: int = 2, n_head: int = 2, n_embd: int = 32, vocab_size: int = 64,
                      n_ctx: int = 128, seed: int = 0, std: float = 0.5) -> pathlib.Path:
