@@ -1,9 +1,10 @@
-"""GPT-2 in tinygrad, with a preallocated KV cache.
+"""GPT-2 in tinygrad, with a preallocated KV cache and compiled steps.
 
 One call does everything the rest of the project needs:
 
-    logits = model(tokens, start_pos)   # tokens: int Tensor (1, T) at positions start_pos .. start_pos+T-1
-                                         # logits: float32 Tensor (1, T, vocab), next-token logits at each position
+    logits = model(ids, start_pos)   # ids: a list of T token ids at positions start_pos .. start_pos+T-1
+                                     # logits: float32 Tensor (1, T, vocab), next-token logits at each position
+    probs = model(ids, start_pos, last=3, head=f)  # f(logits of the last 3 positions), in the same compiled call
 
 It writes those T positions into the cache. Rolling back is calling again with a smaller start_pos:
 positions at or past it are overwritten before they are read. Weights come from weights.py.
@@ -11,7 +12,7 @@ positions at or past it are overwritten before they are read. Weights come from 
 from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
-from tinygrad import Tensor, TinyJit, Variable, dtypes, nn
+from tinygrad import Tensor, TinyJit, UOp, Variable, dtypes, nn
 
 @dataclass(frozen=True)
 class GPT2Config:
@@ -22,6 +23,13 @@ class GPT2Config:
   n_ctx: int = 1024
   norm_eps: float = 1e-5
 
+  def __post_init__(self):
+    sizes = (self.n_layer, self.n_head, self.n_embd, self.vocab_size, self.n_ctx)
+    if not all(type(n) is int and n > 0 for n in sizes):
+      raise ValueError("n_layer, n_head, n_embd, vocab_size and n_ctx must be positive integers.")
+    if self.n_embd % self.n_head:
+      raise ValueError(f"n_embd {self.n_embd} is not a multiple of n_head {self.n_head}: every head needs the same width.")
+
 # The four sizes OpenAI released, as named on the Hugging Face Hub.
 PRESETS = {
   "gpt2":        GPT2Config(n_layer=12, n_head=12, n_embd=768),    # 124M
@@ -30,26 +38,10 @@ PRESETS = {
   "gpt2-xl":     GPT2Config(n_layer=48, n_head=25, n_embd=1600),   # 1.5B
 }
 
-JIT_MAX_T = 16  # calls of up to this many tokens (decode steps, draft scoring) replay a compiled TinyJit
-# A block of 2 or more tokens runs as a multiple of ROWS rows (see GPT2.forward). tinygrad's default kernels read a
-# weight once for several rows only when 3 or 4 divides the row count, and otherwise once per row: on a 2-core CPU,
-# scoring 5 tokens (K=4) read all weights, the 154 MB LM head included, 5 times and cost 3.3x one token for GPT-2
-# 124M. As 8 rows it costs 1.7x (two passes of 4 rows), and 2 to 4 tokens cost about one.
+BLOCK = 16  # a longer input (a prompt) is fed in blocks of at most this many tokens, so every call replays a compiled step
+# A block of 2 or more tokens runs as a multiple of ROWS rows (see GPT2.forward): tinygrad's default kernels read a
+# weight once for all the rows of a block only when 3 or 4 divides the row count.
 ROWS = 4
-
-def jit_by_length(fn: Callable[[Tensor, Variable], Tensor], n_ctx: int) -> Callable[[Tensor, int], Tensor]:
-  """Wrap fn(tokens, start_pos) so that each short length T replays its own TinyJit with a symbolic start_pos.
-
-  The start position is a bound Variable, so a steady-state step compiles nothing new. Longer inputs
-  (a prompt's prefill) run eagerly. A jitted result lives in a buffer the next call overwrites: read it first.
-  """
-  jits: dict[int, TinyJit] = {}
-  def call(tokens: Tensor, start_pos: int) -> Tensor:
-    T = tokens.shape[1]
-    if T > JIT_MAX_T: return fn(tokens, start_pos).realize()
-    jit = jits.setdefault(T, TinyJit(fn))
-    return jit(tokens.contiguous().realize(), Variable("start_pos", 0, n_ctx - T).bind(start_pos))
-  return call
 
 class Attention:
   def __init__(self, cfg: GPT2Config):
@@ -58,14 +50,17 @@ class Attention:
     self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd)
     self.cache_kv: Tensor | None = None                  # (2, 1, n_head, n_ctx + ROWS - 1, head_dim), made on first use
 
-  def __call__(self, x: Tensor, start_pos: int | Variable) -> Tensor:
+  def __call__(self, x: Tensor, start_pos: int | UOp) -> Tensor:
     B, T, C = x.shape
-    q, k, v = [t.reshape(B, T, self.n_head, self.head_dim).transpose(1, 2) for t in self.c_attn(x).split(C, dim=2)]
+    qkv = self.c_attn(x).split(C, dim=2)
+    q, k, v = [t.reshape(B, T, self.n_head, self.head_dim).transpose(1, 2) for t in qkv]
     # write this step's keys and values at start_pos .. start_pos+T-1; anything after them is stale and never read
     self.cache_kv[:, :, :, start_pos:start_pos + T].assign(Tensor.stack(k, v))
     k, v = self.cache_kv[0, :, :, :start_pos + T], self.cache_kv[1, :, :, :start_pos + T]
     # causal mask: query i (at position start_pos+i) sees keys 0 .. start_pos+i
-    mask = Tensor.full((1, 1, T, start_pos + T), float("-inf"), dtype=x.dtype).triu(start_pos + 1) if T > 1 else None
+    mask = None
+    if T > 1:
+      mask = Tensor.full((1, 1, T, start_pos + T), float("-inf"), dtype=x.dtype).triu(start_pos + 1)
     y = q.scaled_dot_product_attention(k, v, attn_mask=mask).cast(x.dtype)
     return self.c_proj(y.transpose(1, 2).reshape(B, T, C))
 
@@ -81,45 +76,75 @@ class Block:
     self.ln_1, self.attn = nn.LayerNorm(cfg.n_embd, eps=cfg.norm_eps), Attention(cfg)
     self.ln_2, self.mlp = nn.LayerNorm(cfg.n_embd, eps=cfg.norm_eps), MLP(cfg)
 
-  def __call__(self, x: Tensor, start_pos: int | Variable) -> Tensor:
+  def __call__(self, x: Tensor, start_pos: int | UOp) -> Tensor:
     x = x + self.attn(self.ln_1(x), start_pos)  # pre-norm residual blocks, as in GPT-2
     return x + self.mlp(self.ln_2(x))
 
 class GPT2:
   def __init__(self, cfg: GPT2Config):
-    assert cfg.n_embd % cfg.n_head == 0, f"n_embd {cfg.n_embd} is not a multiple of n_head {cfg.n_head}"
     self.config = cfg
     self.wte, self.wpe = nn.Embedding(cfg.vocab_size, cfg.n_embd), nn.Embedding(cfg.n_ctx, cfg.n_embd)
     self.h = [Block(cfg) for _ in range(cfg.n_layer)]
     self.ln_f = nn.LayerNorm(cfg.n_embd, eps=cfg.norm_eps)
-    self.step = jit_by_length(self.forward, cfg.n_ctx)
+    self.steps: dict[tuple, tuple[TinyJit, list[UOp]]] = {}  # compiled calls and their Variables: see step
 
   def make_cache(self) -> None:
-    """Allocate zeroed KV caches in the weights' dtype and device, once: compiled calls keep pointing at these buffers.
+    """Allocate zeroed KV caches in the weights' dtype and device, once: compiled steps keep pointing at these buffers.
 
-    The first forward pass does it; there is never a need to clear them, as stale entries are overwritten before they are read.
+    There is never a need to clear them, as stale entries are overwritten before they are read.
     """
-    if self.h[0].attn.cache_kv is not None: return
-    cfg, w, size = self.config, self.wte.weight, self.config.n_ctx + ROWS - 1  # room for the padding rows of a block at the end
+    if self.h[0].attn.cache_kv is not None:
+      return
+    cfg, w = self.config, self.wte.weight
+    shape = (2, 1, cfg.n_head, cfg.n_ctx + ROWS - 1, cfg.n_embd // cfg.n_head)  # room for a last block's padding rows
     for block in self.h:
-      block.attn.cache_kv = Tensor.zeros(2, 1, cfg.n_head, size, cfg.n_embd // cfg.n_head, dtype=w.dtype, device=w.device).contiguous().realize()
+      block.attn.cache_kv = Tensor.zeros(*shape, dtype=w.dtype, device=w.device).contiguous().realize()
 
-  def forward(self, tokens: Tensor, start_pos: int | Variable) -> Tensor:
-    """Next-token logits (1, T, vocab) in float32 for tokens (1, T) at start_pos; no JIT, start_pos may be symbolic."""
-    T = tokens.shape[1]
-    self.make_cache()
-    x = self.wte(tokens) + self.wpe.weight[start_pos:start_pos + T]
+  def forward(self, ids: list[int | UOp], start_pos: int | UOp, last: int) -> Tensor:
+    """Float32 logits (1, last, vocab) after the last `last` of the tokens ids at start_pos; no JIT, all may be symbolic."""
+    T = len(ids)
+    # each id picks its row of the embedding with a slice, so a symbolic id is just a number bound at each call
+    x = Tensor.cat(*[self.wte.weight.shrink(((i, i + 1), None)) for i in ids]).unsqueeze(0)
+    x = x + self.wpe.weight[start_pos:start_pos + T]
     # Pad a block to a multiple of ROWS rows with zero rows after the real ones, and drop their logits. The causal mask
     # hides them from the real rows; their keys and values go to the cache past the real positions, where entries are
     # stale anyway: overwritten before they are read. A decode step (1 token) stays 1 row: the matrix-vector case.
     x = x.pad((None, (0, -T % ROWS if T > 1 else 0), None))
-    for block in self.h: x = block(x, start_pos)
-    logits = (self.ln_f(x) @ self.wte.weight.T).contiguous()  # the LM head is tied to the token embedding
-    return logits[:, :T].cast(dtypes.float32)  # after contiguous: a lazy shrink would shrink the LM head's rows back to T
+    for block in self.h:
+      x = block(x, start_pos)
+    logits = self.ln_f(x[:, T - last:T]) @ self.wte.weight.T  # the LM head is tied to the token embedding
+    return logits.cast(dtypes.float32)
 
-  def __call__(self, tokens: Tensor, start_pos: int) -> Tensor:
-    """Next-token logits for tokens (1, T) at positions start_pos .. start_pos+T-1, writing them into the KV cache."""
-    T = tokens.shape[1]
-    if not (0 <= start_pos and start_pos + T <= self.config.n_ctx):
-      raise ValueError(f"positions {start_pos}..{start_pos + T - 1} fall outside the context of {self.config.n_ctx}")
-    return self.step(tokens, start_pos)
+  def step(self, ids: list[int], start_pos: int, last: int, head: Callable[[Tensor], Tensor] | None) -> Tensor:
+    """One compiled call. start_pos and the ids enter it as Variables bound to their values, so every call after the
+    first two (run, then capture) replays the same kernels and schedules nothing: its host work is binding T + 1
+    numbers and one launch. head, if given, maps the (last, vocab) logits to the result, inside the same kernels."""
+    cfg, T = self.config, len(ids)
+    if (T, last, head) not in self.steps:
+      def run(start_pos: UOp, *ids: UOp) -> Tensor:
+        logits = self.forward(list(ids), start_pos, last)
+        return (logits if head is None else head(logits[0])).contiguous()
+      variables = [Variable("start_pos", 0, cfg.n_ctx - T)] + [Variable(f"id{t}", 0, cfg.vocab_size - 1) for t in range(T)]
+      self.steps[(T, last, head)] = TinyJit(run), variables
+    jit, variables = self.steps[(T, last, head)]
+    return jit(*(v.bind(int(n)) for v, n in zip(variables, [start_pos, *ids])))
+
+  def __call__(self, ids: list[int], start_pos: int, last: int | None = None,
+               head: Callable[[Tensor], Tensor] | None = None) -> Tensor:
+    """Next-token logits (1, last, vocab) after the last `last` (default: all) of ids, fed at positions start_pos..,
+    writing them into the KV cache; with head, head(logits[0]) instead. The result lives in a buffer that the next
+    call of the same shape overwrites: read it first."""
+    cfg, T = self.config, len(ids)
+    last = T if last is None else last
+    if not (0 <= start_pos and start_pos + T <= cfg.n_ctx):
+      raise ValueError(f"positions {start_pos}..{start_pos + T - 1} fall outside the context of {cfg.n_ctx}")
+    if not all(0 <= i < cfg.vocab_size for i in ids):
+      raise ValueError(f"token ids must be in 0..{cfg.vocab_size - 1}")
+    if not 1 <= last <= T:
+      raise ValueError(f"last is {last}: it must be in 1..{T}, the number of tokens")
+    self.make_cache()
+    # a long input goes in blocks of BLOCK tokens first, keeping the last `last` tokens for the final call
+    while T > max(BLOCK, last):
+      self.step(ids[:BLOCK], start_pos, 1, head)
+      ids, start_pos, T = ids[BLOCK:], start_pos + BLOCK, T - BLOCK
+    return self.step(ids, start_pos, last, head)

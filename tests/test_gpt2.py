@@ -1,12 +1,15 @@
 """gpt2.py: logits match Hugging Face transformers, and the KV cache is exact under decoding, block scoring and rollback."""
+import gc
 import numpy as np, pytest
 from tinygrad import Tensor, dtypes
 from tinygrad.codegen import to_program_cache
+from tinygrad.helpers import GlobalCounters
 from tiny import hub_tensors, write_checkpoint
+from sampling import Sampling
 from weights import load_model
 
 def logits(model, tokens: list[int], start_pos: int) -> np.ndarray:
-  return model(Tensor([tokens], dtype=dtypes.int32), start_pos).numpy()[0]
+  return model(tokens, start_pos).numpy()[0]
 
 # (n_layer, n_head, n_embd, vocab_size, n_ctx): an odd head count, a head dim that is no power of two, GPT-2's full vocabulary
 HF_SHAPES = [(2, 4, 32, 100, 64), (3, 3, 48, 257, 128), (1, 5, 40, 50257, 32)]
@@ -65,6 +68,32 @@ def test_steady_state_compiles_nothing(tiny_pair):
     for T in (1, 5): logits(model, [7] * T, pos)
   assert len(to_program_cache) == compiled
 
+def test_steady_state_schedules_nothing(tiny_pair, monkeypatch):
+  """After its first two calls, a compiled step takes its ids and start_pos as bound Variables: no tensor is built and
+  scheduled per call (that host work cost more than the kernels), only the replay."""
+  model, _ = tiny_pair
+  for pos in (10, 11):
+    model([7] * 5, pos, last=5, head=Sampling()).numpy()
+  scheduled = []
+  monkeypatch.setattr(Tensor, "schedule_linear", lambda *args, **kw: scheduled.append(args))
+  for pos in (12, 30, 50):
+    model([7, 8, 9, 10, 11], pos, last=5, head=Sampling())
+  assert scheduled == []
+
+def test_dropping_a_model_frees_its_memory(tmp_path):
+  """The compiled steps belong to the model: once it is gone, its weights, caches and compiled steps are freed."""
+  folder = write_checkpoint(tmp_path, n_layer=2, n_head=2, n_embd=32, vocab_size=64, n_ctx=32)
+  gc.collect()
+  before = GlobalCounters.mem_used
+  model = load_model(str(folder))
+  for pos in range(3):
+    model([1, 2, 3], pos, last=3, head=Sampling()).numpy()
+    model([4], pos + 3, head=Sampling(top_k=3)).numpy()
+  used = GlobalCounters.mem_used - before
+  del model
+  gc.collect()
+  assert used > 100_000 and GlobalCounters.mem_used - before < 0.01 * used
+
 def test_float16_weights_give_float32_logits(tmp_path):
   folder = write_checkpoint(tmp_path, std=0.2)
   tokens = list(range(20))
@@ -72,4 +101,12 @@ def test_float16_weights_give_float32_logits(tmp_path):
   assert half.dtype == np.float32 and np.abs(half - full).max() < 0.05 * np.abs(full).max()
 
 def test_positions_past_the_context_are_refused(tiny_pair):
-  with pytest.raises(ValueError, match="outside the context"): logits(tiny_pair[0], [1, 2], 95)
+  with pytest.raises(ValueError, match="outside the context"):
+    logits(tiny_pair[0], [1, 2], 95)
+
+def test_long_input_is_fed_in_blocks(tiny_pair):
+  """An input longer than BLOCK tokens (a prompt) goes through the compiled steps block by block, with the same logits."""
+  model, ref = tiny_pair
+  seq = np.random.default_rng(5).integers(0, 101, 40).tolist()
+  full = logits(ref, seq, 0)
+  np.testing.assert_allclose(model(seq, 0, last=3).numpy()[0], full[-3:], atol=1e-4)

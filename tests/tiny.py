@@ -2,8 +2,6 @@
 from __future__ import annotations
 import json, os, pathlib, subprocess, sys
 import numpy as np
-from tinygrad import Tensor
-from tinygrad.nn.state import safe_save
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 TOKENIZER_DIR = REPO.parent / "shared" / "gpt2-tokenizer"  # GPT-2's BPE files, beside the checkout (see its README)
@@ -34,5 +32,21 @@ def write_checkpoint(folder: str | pathlib.Path, *, n_layer: int = 2, n_head: in
   config = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5,
             "n_layer": n_layer, "n_head": n_head, "n_embd": n_embd, "vocab_size": vocab_size, "n_positions": n_ctx, "n_ctx": n_ctx}
   (folder / "config.json").write_text(json.dumps(config, indent=2))
-  safe_save({k: Tensor(v) for k, v in hub_tensors(n_layer, n_head, n_embd, vocab_size, n_ctx, seed, std).items()}, str(folder / "model.safetensors"))
+  save_safetensors(hub_tensors(n_layer, n_head, n_embd, vocab_size, n_ctx, seed, std), folder / "model.safetensors")
   return folder
+
+def save_safetensors(tensors: dict[str, np.ndarray], path: pathlib.Path) -> None:
+  """The safetensors format by hand (8-byte header size, JSON header, raw little-endian data), as the Hub stores it.
+
+  Written with NumPy alone, independent of the tinygrad code under test, and so usable on any DEV (no CPU compiler needed).
+  """
+  header, offset = {"__metadata__": {"format": "pt"}}, 0
+  for name, a in tensors.items():
+    header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [offset, offset + a.nbytes]}
+    offset += a.nbytes
+  text = json.dumps(header, separators=(",", ":")).encode()
+  text += b" " * (-len(text) % 8)  # the safetensors library pads the header to 8 bytes
+  with open(path, "wb") as f:
+    f.write(len(text).to_bytes(8, "little") + text)
+    for a in tensors.values():
+      f.write(np.ascontiguousarray(a, dtype="<f4").tobytes())
