@@ -12,7 +12,7 @@ import tiktoken
 from tinygrad import Tensor, dtypes
 from tinygrad.dtype import DType
 from tinygrad.helpers import tqdm
-from tinygrad.nn.state import get_state_dict, load_state_dict, safe_load
+from tinygrad.nn.state import get_parameters, get_state_dict, load_state_dict, safe_load
 from gpt2 import GPT2, GPT2Config, PRESETS
 
 FILES = ("config.json", "model.safetensors")
@@ -82,9 +82,6 @@ def read_config(folder: pathlib.Path) -> GPT2Config:
     if c.get("activation_function", "gelu_new") != "gelu_new": raise LoadError(f"{folder} uses {c['activation_function']}, not GPT-2's gelu_new.")
     cfg = GPT2Config(n_layer=c["n_layer"], n_head=c["n_head"], n_embd=c["n_embd"], vocab_size=c["vocab_size"],
                      n_ctx=c["n_positions"], norm_eps=c.get("layer_norm_epsilon", 1e-5))
-    if not all(type(n) is int and n > 0 for n in (cfg.n_layer, cfg.n_head, cfg.n_embd, cfg.vocab_size, cfg.n_ctx)):
-      raise ValueError("n_layer, n_head, n_embd, vocab_size and n_positions must be positive integers")
-    if cfg.n_embd % cfg.n_head: raise ValueError(f"n_embd {cfg.n_embd} is not a multiple of n_head {cfg.n_head}")
     return cfg
   except (ValueError, KeyError, TypeError, AttributeError) as e:  # AttributeError: JSON that is not an object
     raise LoadError(f"{folder / 'config.json'} is not a GPT-2 config ({type(e).__name__}: {e}); fetch it again.") from None
@@ -129,3 +126,22 @@ def load_tokenizer(folder: str | None = None) -> tiktoken.Encoding:
     where = f"the folder {folder}" if folder else "tiktoken's download"
     raise LoadError(f"Could not load the GPT-2 tokenizer from {where} ({type(e).__name__}): put encoder.json and vocab.bpe from "
                     f"{TOKENIZER_URL} in a folder and pass it (--tokenizer DIR, or load_tokenizer(DIR)).") from None
+
+def random_model(shape: str, dtype: DType = dtypes.float32, seed: int = 0) -> GPT2:
+  """A GPT-2 with random weights (the same for the same seed): a preset's shape (gpt2, ..., gpt2-xl) or
+  "n_layer,n_head,n_embd" with GPT-2's vocabulary and context. Real costs, no download, meaningless text."""
+  if shape in PRESETS:
+    cfg = PRESETS[shape]
+  else:
+    try:
+      n_layer, n_head, n_embd = (int(s) for s in shape.split(","))
+    except ValueError:
+      raise ValueError(f"'{shape}' is neither a preset ({', '.join(PRESETS)}) nor a shape n_layer,n_head,n_embd "
+                       "such as 2,4,256.") from None
+    cfg = GPT2Config(n_layer=n_layer, n_head=n_head, n_embd=n_embd)
+  Tensor.manual_seed(seed)
+  model = GPT2(cfg)
+  for p in get_parameters(model):
+    p.replace(p.cast(dtype))
+  Tensor.realize(*get_parameters(model))  # compute the random init once; left lazy, every call would redo it
+  return model

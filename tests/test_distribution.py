@@ -23,10 +23,10 @@ from tiny import write_checkpoint
 from weights import load_model
 import speculative
 from gpt2 import GPT2
+from sampling import Sampling
 from speculative import next_probs, sample, speculative_sample, verify
 
-Settings = tuple[float, int, float]  # (temperature, top_k, top_p), as speculative.next_probs takes them
-PLAIN: Settings = (1.0, 0, 1.0)
+PLAIN = Sampling()
 
 def chisquare_pvalue(counts: np.ndarray, probs: np.ndarray) -> float:
   """Pearson's chi-square p-value of counts against probs; the least likely cells are pooled until every bin expects >= 5.
@@ -132,7 +132,7 @@ def models(tmp_path_factory) -> tuple[GPT2, GPT2]:
   return target, draft
 
 @functools.cache
-def exact_joint(target: GPT2, L: int, settings: Settings) -> np.ndarray:
+def exact_joint(target: GPT2, L: int, settings: Sampling) -> np.ndarray:
   """The target's exact probability of each of the VOCAB**L continuations of PROMPT (index: the tokens read as a base-VOCAB number).
 
   The chain rule on the target's own conditionals, each from a fresh forward pass at start_pos 0 on its prefix.
@@ -144,13 +144,12 @@ def exact_joint(target: GPT2, L: int, settings: Settings) -> np.ndarray:
     joint = (joint[:, None] * q).reshape(-1)
   return joint
 
-def sampled_joint(target: GPT2, draft: GPT2, K: int, L: int, settings: Settings, n: int) -> tuple[np.ndarray, dict[str, int]]:
+def sampled_joint(target: GPT2, draft: GPT2, K: int, L: int, settings: Sampling, n: int) -> tuple[np.ndarray, dict[str, int]]:
   """Counts of speculative_sample's first L tokens over seeds 0 .. n-1, and in how many samples each path of Algorithm 2 showed."""
-  temperature, top_k, top_p = settings
   counts = np.zeros(VOCAB ** L, dtype=np.int64)
   paths = dict.fromkeys(("rejection", "all-accept round with its bonus", "round after a rejection", "round after a bonus"), 0)
   for seed in range(n):
-    tokens, origins, _ = speculative_sample(target, draft, PROMPT, L, K=K, temperature=temperature, top_k=top_k, top_p=top_p,
+    tokens, origins, _ = speculative_sample(target, draft, PROMPT, L, K=K, temperature=settings.temperature, top_k=settings.top_k, top_p=settings.top_p,
                                             seed=seed, eos=None)  # eos=None: GPT-2's eos id is not in this vocabulary anyway
     counts[np.ravel_multi_index(tokens, (VOCAB,) * L)] += 1  # the tokens as a base-VOCAB number, as in exact_joint
     paths["rejection"] += "resampled" in origins
@@ -162,9 +161,9 @@ def sampled_joint(target: GPT2, draft: GPT2, K: int, L: int, settings: Settings,
 # The grid. L = K + 2 new tokens: the window holds a whole all-accept round (K drafts and the bonus) plus the first
 # token of the next round, so every path of Algorithm 2 lands in it: a rejection, an all-accept round with its bonus,
 # and a second round after a rollback (or after the bonus), where the draft first catches up on what it has not fed.
-CASES: dict[str, tuple[int, Settings]] = {
+CASES: dict[str, tuple[int, Sampling]] = {
   "K=1": (1, PLAIN), "K=2": (2, PLAIN), "K=4": (4, PLAIN),
-  "K=2, temperature 0.7": (2, (0.7, 0, 1.0)), "K=2, top-k 2": (2, (1.0, 2, 1.0)), "K=2, top-p 0.9": (2, (1.0, 0, 0.9)),
+  "K=2, temperature 0.7": (2, Sampling(temperature=0.7)), "K=2, top-k 2": (2, Sampling(top_k=2)), "K=2, top-p 0.9": (2, Sampling(top_p=0.9)),
 }
 # N samples per case. Cost sets the scale: one speculative_sample call is 4 to 15 forward passes of a few ms each
 # (tinygrad's per-call overhead, not arithmetic), so N = 400 already takes most of the time budget. It is enough
@@ -224,7 +223,7 @@ def argmax_draft(monkeypatch: pytest.MonkeyPatch, target: GPT2, draft: GPT2) -> 
 def filter_only_the_draft(monkeypatch: pytest.MonkeyPatch, target: GPT2, draft: GPT2) -> None:
   """top-k and top-p are applied to the draft's p but not to the target's q: the output follows the unfiltered target."""
   def probs(model, tokens, start_pos, n_out, settings):
-    return next_probs(model, tokens, start_pos, n_out, (settings[0], 0, 1.0) if model is target else settings)
+    return next_probs(model, tokens, start_pos, n_out, Sampling(settings.temperature) if model is target else settings)
   monkeypatch.setattr(speculative, "next_probs", probs)
 
 def score_one_position_late(monkeypatch: pytest.MonkeyPatch, target: GPT2, draft: GPT2) -> None:

@@ -5,7 +5,8 @@ import numpy as np, pytest
 from tinygrad import Tensor
 from tiny import TOKENIZER_DIR, run_script, write_checkpoint
 from weights import load_model
-from speculative import autoregressive_sample, sample, speculative_sample, to_probs, verify
+from sampling import Sampling
+from speculative import autoregressive_sample, sample, speculative_sample, verify
 
 PROMPT = [5, 17, 2, 33]
 
@@ -63,7 +64,7 @@ def test_to_probs_filters_as_documented():
   """Temperature, top-k and top-p against a plain NumPy reading of their definitions."""
   logits = np.array([[2.0, 1.0, 0.5, 0.5, -1.0, 3.0]], np.float32)
   def softmax(z): e = np.exp(z - z.max()); return e / e.sum()
-  probs = lambda **kw: to_probs(Tensor(logits), **kw).numpy()[0]
+  probs = lambda **kw: Sampling(**kw)(Tensor(logits)).numpy()[0]
   assert np.array_equal(probs(temperature=0), np.eye(6)[5])
   np.testing.assert_allclose(probs(temperature=0.5), softmax(logits[0] / 0.5), atol=1e-6)
   np.testing.assert_allclose(probs(top_k=2), softmax(np.where(logits[0] >= 2.0, logits[0], -np.inf)), atol=1e-6)

@@ -14,7 +14,7 @@ TOKENS = [3, 14, 15, 9, 26, 5]
 PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
 
 def logits(model, tokens: list[int]) -> np.ndarray:
-  return model(Tensor([tokens], dtype=dtypes.int32), 0).numpy()[0]
+  return model(tokens, 0).numpy()[0]
 
 def one_sentence(e: pytest.ExceptionInfo) -> str:
   msg = str(e.value)

@@ -1,0 +1,141 @@
+"""The command line of speculative.py: load the models, stream the text, print what the run measured.
+
+    python speculative.py --prompt "Alan Turing theorized that computers would one day become"
+    python speculative.py --random --target gpt2 --draft 2,4,256 --prompt "Hello"   # random weights: no model download
+"""
+from __future__ import annotations
+import argparse, codecs, sys
+from typing import Callable
+from tinygrad import Device, dtypes
+from tinygrad.helpers import DEV
+from gpt2 import GPT2
+from sampling import Sampling
+from speculative import EOT, Stats, Stream, autoregressive_sample, expected_tokens_per_loop, predicted_speedup
+from speculative import check_run, speculative_sample
+from weights import LoadError, checkpoint_dir, load_model, load_tokenizer, random_model
+
+COLOURS = {"accepted": "\033[32m", "resampled": "\033[33m", "bonus": "\033[35m"}  # green, yellow, magenta
+
+def printer(enc, trace: bool) -> Stream:
+  """A stream callback that prints tokens as they arrive (whole UTF-8 characters only), coloured by origin if trace."""
+  utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+  def show(tokens: list[int], origins: list[str]) -> None:
+    for t, o in zip(tokens, origins):
+      text = "" if t == EOT else utf8.decode(enc.decode_single_token_bytes(t))
+      print(f"{COLOURS[o]}{text}\033[0m" if trace and o in COLOURS else text, end="", flush=True)
+  return show
+
+def report(stats: Stats, K: int | None = None) -> str:
+  """The stats block: counts, α̂ against the paper's expected tokens per call, times, c and tokens/s."""
+  lines = [f"new tokens            {stats.new_tokens} (stopped by {stats.stopped_by})",
+           f"target calls          {stats.target_calls}"]
+  if K is not None:
+    a, checked = stats.acceptance_rate, stats.accepted + stats.rejected
+    lines += [f"draft calls           {stats.draft_calls}",
+              f"acceptance rate α̂     {a:.3f} = {stats.accepted} accepted ÷ {checked} checked drafts "
+              f"({stats.drafted} drafted; those after a rejection are never checked)",
+              f"tokens/target call    {stats.tokens_per_target_call:.2f} "
+              f"(paper's (1 - α^(K+1)) / (1 - α) at α̂: {expected_tokens_per_loop(a, K):.2f})",
+              f"time per draft call   {1e3 * stats.draft_call_time:.1f} ms",
+              f"time per target call  {1e3 * stats.target_call_time:.1f} ms (c = {stats.cost_ratio:.3f})"]
+  else:
+    lines += [f"time per target call  {1e3 * stats.target_call_time:.1f} ms"]
+  return "\n".join(lines + [f"tokens per second     {stats.tokens_per_second:.2f}"])
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+  ap = argparse.ArgumentParser(description="Speculative sampling (Chen et al. 2023, Algorithm 2) with GPT-2 in tinygrad.")
+  ap.add_argument("--prompt", required=True, help="text to continue")
+  ap.add_argument("--target", default="gpt2-xl",
+                  help="target model q: gpt2, gpt2-medium, gpt2-large, gpt2-xl, or a checkpoint folder")
+  ap.add_argument("--draft", default="gpt2", help="draft model p: a name or a checkpoint folder, as for --target")
+  ap.add_argument("--random", action="store_true", help="random weights with the shapes of --target and --draft "
+                  "(a name, or n_layer,n_head,n_embd): no model download; the text is noise")
+  ap.add_argument("-K", "--lookahead", type=int, default=4, help="draft tokens per round (default 4)")
+  ap.add_argument("--max-new-tokens", type=int, default=128)
+  ap.add_argument("--temperature", type=float, default=1.0, help="0 means greedy (default 1.0)")
+  ap.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens; 0 is off")
+  ap.add_argument("--top-p", type=float, default=1.0, help="keep the most likely tokens up to this mass; 1 is off")
+  ap.add_argument("--seed", type=int, default=0, help="one seed drives every draw: same seed, same tokens")
+  ap.add_argument("--compare", action="store_true", help="also run Algorithm 1 with the same settings and print the speedup")
+  ap.add_argument("--trace", action="store_true",
+                  help="colour tokens: green accepted draft, yellow resampled, magenta bonus")
+  ap.add_argument("--device", help="tinygrad device (CPU, CUDA, METAL, ...); default: tinygrad's choice or $DEV")
+  ap.add_argument("--half", action="store_true", help="load the weights as float16 (half the memory; for GPUs)")
+  ap.add_argument("--tokenizer", help="folder with GPT-2's encoder.json and vocab.bpe "
+                  "(default: tiktoken's download and cache)")
+  return ap.parse_args(argv)
+
+def open_device(name: str) -> None:
+  """Make name tinygrad's device, opening it now, so that an unusable device fails before any model loads."""
+  try:
+    DEV.value = Device[name.upper()].device
+  except Exception as e:
+    raise ValueError(f"The device {name} is not usable here ({type(e).__name__}): try CPU, CUDA or METAL.") from None
+
+def load_all(args: argparse.Namespace) -> tuple[object, GPT2, GPT2]:
+  """The tokenizer, the target and the draft; if any cannot be had, one error that names everything missing."""
+  missing, enc = [], None
+  try:
+    enc = load_tokenizer(args.tokenizer)
+  except LoadError as e:
+    missing.append(str(e))
+  if not args.random:
+    for name in (args.target, args.draft):
+      try:
+        checkpoint_dir(name)  # downloads what is missing; fails fast with no network
+      except LoadError as e:
+        missing.append(str(e))
+  if missing:
+    raise LoadError(" And: ".join(missing) if len(missing) > 1 else missing[0])
+  dtype = dtypes.float16 if args.half else dtypes.float32
+  if args.random:
+    return enc, random_model(args.target, dtype, seed=0), random_model(args.draft, dtype, seed=1)
+  return enc, load_model(args.target, dtype), load_model(args.draft, dtype)
+
+def run(args: argparse.Namespace) -> None:
+  K, settings = args.lookahead, dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
+  Sampling(args.temperature, args.top_k, args.top_p)  # check the settings before loading anything
+  if K < 1:
+    raise ValueError(f"K (the lookahead) is {K}: it must be at least 1.")
+  if args.max_new_tokens < 1:
+    raise ValueError(f"max-new-tokens is {args.max_new_tokens}: it must be at least 1.")
+  if not args.prompt:
+    raise ValueError("The prompt is empty: give some text to continue.")
+  if args.device:
+    open_device(args.device)
+  enc, target, draft = load_all(args)
+  if target.config.vocab_size != enc.n_vocab:
+    raise ValueError(f"{args.target} has a vocabulary of {target.config.vocab_size} tokens, not GPT-2's {enc.n_vocab}: "
+                     "the GPT-2 tokenizer cannot drive it.")
+  prompt = enc.encode(args.prompt)
+  check_run([target, draft], prompt, args.max_new_tokens)
+  print(f"warming up on {Device.DEFAULT} (compiling kernels)...", file=sys.stderr)
+  speculative_sample(target, draft, prompt, 3 * (K + 1), K=K, **settings)
+  if args.compare:
+    autoregressive_sample(target, prompt, 3, **settings)
+  print(args.prompt, end="", flush=True)
+  _, _, stats = speculative_sample(target, draft, prompt, args.max_new_tokens, K=K, stream=printer(enc, args.trace),
+                                   **settings)
+  print(f"\n\n--- Algorithm 2 (speculative): target {args.target}, draft {args.draft}, K={K}, device {Device.DEFAULT}")
+  print(report(stats, K))
+  if args.compare:
+    # Algorithm 1 streams its text too, so that both runs are timed alike
+    print(f"\n{args.prompt}", end="", flush=True)
+    _, base = autoregressive_sample(target, prompt, args.max_new_tokens, stream=printer(enc, False), **settings)
+    predicted = predicted_speedup(stats.acceptance_rate, K, stats.cost_ratio)
+    print(f"\n\n--- Algorithm 1 (auto-regressive): target {args.target}\n{report(base)}")
+    print(f"\nspeedup               {stats.tokens_per_second / base.tokens_per_second:.2f}x measured, "
+          f"{predicted:.2f}x predicted by (1 - α^(K+1)) / ((1 - α)(Kc + 1)) from α̂ and c")
+
+def main(run: Callable[[argparse.Namespace], None] = run, args: argparse.Namespace | None = None) -> int:
+  """Run a command: bad input, or a model or tokenizer that cannot be had, ends it with one sentence on stderr and
+  exit code 2."""
+  try:
+    run(args if args is not None else parse_args(None))
+  except (ValueError, LoadError, FloatingPointError) as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  return 0
+
+if __name__ == "__main__":
+  sys.exit(main())
