@@ -8,6 +8,8 @@ from tiny import hub_tensors, write_checkpoint
 from sampling import Sampling
 from weights import load_model
 
+NEEDS_HF = "the comparison with Hugging Face transformers needs torch and transformers: see requirements-hf.txt"
+
 def logits(model, tokens: list[int], start_pos: int) -> np.ndarray:
   return model(tokens, start_pos).numpy()[0]
 
@@ -16,8 +18,8 @@ HF_SHAPES = [(2, 4, 32, 100, 64), (3, 3, 48, 257, 128), (1, 5, 40, 50257, 32)]
 
 @pytest.mark.parametrize("shape", HF_SHAPES)
 def test_logits_match_transformers(tmp_path, shape):
-  torch = pytest.importorskip("torch", reason="fidelity test needs the test-only dependencies: pip install -r requirements-dev.txt")
-  transformers = pytest.importorskip("transformers", reason="fidelity test needs the test-only dependencies: pip install -r requirements-dev.txt")
+  torch = pytest.importorskip("torch", reason=NEEDS_HF)
+  transformers = pytest.importorskip("transformers", reason=NEEDS_HF)
   n_layer, n_head, n_embd, vocab_size, n_ctx = shape
   torch.manual_seed(0)
   config = transformers.GPT2Config(n_layer=n_layer, n_head=n_head, n_embd=n_embd, vocab_size=vocab_size, n_positions=n_ctx, initializer_range=0.3)
@@ -31,7 +33,7 @@ def test_logits_match_transformers(tmp_path, shape):
 
 def test_tiny_checkpoints_have_the_hub_layout(tmp_path):
   """tests/tiny.py writes what transformers writes: same tensor names, shapes and dtype (the Hub keeps no 'transformer.' prefix)."""
-  transformers = pytest.importorskip("transformers", reason="layout check needs the test-only dependencies: pip install -r requirements-dev.txt")
+  transformers = pytest.importorskip("transformers", reason=NEEDS_HF)
   safetensors = pytest.importorskip("safetensors.numpy", reason="layout check needs safetensors, which transformers installs")
   transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=2, n_head=2, n_embd=32, vocab_size=64, n_positions=128)).save_pretrained(tmp_path)
   hf = {k.removeprefix("transformer."): (v.shape, v.dtype) for k, v in safetensors.load_file(tmp_path / "model.safetensors").items()}
