@@ -6,6 +6,7 @@ from tinygrad import Tensor
 from tiny import TOKENIZER_DIR, run_script, write_checkpoint
 from weights import load_model
 from sampling import Sampling
+import speculative
 from speculative import autoregressive_sample, sample, speculative_sample, verify
 
 PROMPT = [5, 17, 2, 33]
@@ -60,6 +61,33 @@ def test_never_runs_past_the_context(models):
   assert len(prompt) + len(tokens) == 48
   assert len(autoregressive_sample(target, prompt, 100, eos=None)[0]) == 4
 
+def test_acceptance_rate_counts_every_check(models, monkeypatch):
+  """α̂ has one definition, Stats.acceptance_rate = accepted / checked drafts, counting every check that verify made,
+  also those of a last round that max-new-tokens cuts. Recounting from verify's own answers must give the same; a
+  count from the emitted tokens' origins (once used by the notebooks) differs when a cut drops accepted drafts."""
+  target, draft, _ = models
+  checks = []
+  def counted(drafts, p, q, rng):
+    new, came_from = verify(drafts, p, q, rng)
+    checks.extend(o for o in came_from if o in ("accepted", "resampled"))
+    return new, came_from
+  monkeypatch.setattr(speculative, "verify", counted)
+  runs = []
+  for seed in range(4):
+    for max_new in (5, 9):
+      runs.append(speculative_sample(target, draft, PROMPT, max_new, K=4, seed=seed))
+      assert runs[-1][2].acceptance_rate == checks.count("accepted") / len(checks)
+      checks.clear()
+  from_origins = [o.count("accepted") / max(o.count("accepted") + o.count("resampled"), 1) for _, o, _ in runs]
+  assert any(a != s.acceptance_rate for a, (_, _, s) in zip(from_origins, runs))  # the cut rounds make a difference
+
+def test_stats_say_what_stopped_the_run(models):
+  target, draft, copy = models
+  assert speculative_sample(target, draft, PROMPT, 5)[2].stopped_by == "max-new-tokens"
+  assert speculative_sample(target, draft, list(range(44)), 100, eos=None)[2].stopped_by == "the context"
+  greedy, _ = autoregressive_sample(target, PROMPT, 20, temperature=0, eos=None)
+  assert speculative_sample(target, copy, PROMPT, 20, temperature=0, eos=greedy[3])[2].stopped_by == "end-of-text"
+
 def test_to_probs_filters_as_documented():
   """Temperature, top-k and top-p against a plain NumPy reading of their definitions."""
   logits = np.array([[2.0, 1.0, 0.5, 0.5, -1.0, 3.0]], np.float32)
@@ -110,6 +138,13 @@ def test_cli_compare_and_trace(gpt2_vocab_models):
   out = cli("--prompt", "Hello", "--target", target, "--draft", draft, *tok, "--max-new-tokens", "10", "--compare", "--trace", "-K", "3")
   assert out.returncode == 0, out.stderr
   assert "Algorithm 1 (auto-regressive)" in out.stdout and "x measured" in out.stdout and "\033[3" in out.stdout
+
+def test_cli_says_that_the_context_ended_the_run(gpt2_vocab_models):
+  """A run that the context cuts short says so, rather than printing fewer tokens without a word."""
+  target, draft, *tok = gpt2_vocab_models
+  out = cli("--prompt", "word " * 58, "--target", target, "--draft", draft, *tok, "--max-new-tokens", "32")
+  assert out.returncode == 0, out.stderr
+  assert "(stopped by the context)" in out.stdout
 
 def bad_inputs(target: str, draft: str, tokenizer: list[str], small_vocab: str, not_a_checkpoint: str):
   ok = ["--target", target, "--draft", draft, *tokenizer]
