@@ -46,6 +46,7 @@ def verify(drafts: list[int], p: np.ndarray, q: np.ndarray, rng: np.random.Gener
   p and q must come from the same Sampling (temperature, top-k, top-p applied alike to both), and then the tokens
   follow q. At temperature 0 both are one-hot, so this reduces to "accept while the two argmaxes agree, then emit
   the target's argmax": greedy speculative decoding, which emits exactly Algorithm 1's greedy tokens.
+  With no drafts (a draft that found nothing to propose) it is one ordinary target step, labelled 'target'.
   """
   for t, x in enumerate(drafts):
     # Algorithm 2: "Sample r ~ U[0, 1] from a uniform distribution."
@@ -60,7 +61,68 @@ def verify(drafts: list[int], p: np.ndarray, q: np.ndarray, rng: np.random.Gener
     token = sample(residual if residual.sum() > 0 else q[t], rng)
     return drafts[:t] + [token], ["accepted"] * t + ["resampled"]
   # Algorithm 2: "If all tokens x_{n+1}, ..., x_{n+K} are accepted, sample extra token x_{n+K+1} ~ q(x|x_1..x_n, x_{n+K})"
-  return drafts + [sample(q[len(drafts)], rng)], ["accepted"] * len(drafts) + ["bonus"]
+  return drafts + [sample(q[len(drafts)], rng)], ["accepted"] * len(drafts) + ["bonus" if drafts else "target"]
+
+def one_hot(drafts: list[int], V: int) -> np.ndarray:
+  """The distributions p (K, V) of a deterministic draft: all the mass on each x̃.
+
+  Then Algorithm 2's test r < min(1, q(x̃)/p(x̃)) reads r < q(x̃): x̃ is accepted with probability q(x̃); and the
+  residual (q - p)+ is q with x̃ removed (renormalised by sample): after a rejection, any token but x̃, as q says.
+  """
+  p = np.zeros((len(drafts), V))
+  p[np.arange(len(drafts)), drafts] = 1.0
+  return p
+
+# ***** drafts: where x̃ and p come from *****
+
+class ModelDraft:
+  """The paper's draft: a smaller model p, sampled auto-regressively, one call per draft token, with its KV cache."""
+  def __init__(self, model: GPT2):
+    self.model = model
+    self.cached = 0  # how many leading tokens of x the draft's KV cache holds; the rest is stale
+
+  def propose(self, x: list[int], k: int, sampling: Sampling, rng: np.random.Generator) -> tuple[list[int], np.ndarray]:
+    """k draft tokens x̃ to follow x, and the distributions p (k, V) they were drawn from."""
+    # Algorithm 2: "for t = 1 : K do: Sample draft auto-regressively x̃_t ~ p(x|x_1, ..., x_n, x̃_1, ..., x̃_{t-1})"
+    # The draft first catches up on the tokens its cache lacks: the prompt, the token emitted last round, and after
+    # an all-accept round also x̃_K, which it drafted but never fed.
+    drafts, p, feed = [], [], x[self.cached:]
+    for _ in range(k):
+      p.append(next_probs(self.model, feed, self.cached, 1, sampling)[0])
+      self.cached += len(feed)
+      drafts.append(sample(p[-1], rng))
+      feed = drafts[-1:]
+    return drafts, np.stack(p)
+
+  def keep(self, n: int) -> None:
+    """Roll back to the first n tokens of x: cache entries past them are stale, overwritten before they are read."""
+    self.cached = min(self.cached, n)
+
+class NgramDraft:
+  """Prompt lookup: a draft that is no model. It finds the latest earlier occurrence of the context's last n tokens
+  (n from max_n down to 1) in the prompt and the text so far, and proposes up to K of the tokens that followed it.
+
+  It is deterministic, so p is one-hot at each x̃ (see one_hot) and Theorem 1 holds as for any draft. Its drafts
+  cost next to nothing (c ≈ 0), so the speedup is the tokens per target call itself: large on text that repeats its
+  input. When nothing matches it proposes nothing, and the round is one ordinary target step.
+  """
+  def __init__(self, max_n: int = 3):
+    if max_n < 1:
+      raise ValueError(f"The n-gram length is {max_n}: it must be at least 1.")
+    self.max_n = max_n
+
+  def propose(self, x: list[int], k: int, sampling: Sampling, rng: np.random.Generator) -> tuple[list[int], None]:
+    """Up to k tokens x̃ that followed the latest earlier match of x's last n tokens; p None: one-hot at each x̃."""
+    for n in range(min(self.max_n, len(x) - 1), 0, -1):
+      for start in range(len(x) - n - 1, -1, -1):  # latest first, and at least one token after the match
+        if x[start:start + n] == x[-n:]:
+          return x[start + n:start + n + k], None
+    return [], None
+
+  def keep(self, n: int) -> None:
+    """Nothing to roll back: the draft holds no state."""
+
+Draft = ModelDraft | NgramDraft
 
 # ***** what a run measures, and what the paper predicts from it *****
 
@@ -68,12 +130,11 @@ def verify(drafts: list[int], p: np.ndarray, q: np.ndarray, rng: np.random.Gener
 class Stats:
   new_tokens: int = 0
   target_calls: int = 0
-  draft_calls: int = 0
   drafted: int = 0          # draft tokens proposed
   accepted: int = 0         # drafts that passed r < q(x̃)/p(x̃)
   rejected: int = 0         # drafts that failed it: each ends its round, so the drafts after it are never checked
   target_time: float = 0.0  # seconds in the target's calls (including the copy of q to the host)
-  draft_time: float = 0.0
+  draft_time: float = 0.0   # seconds spent drafting: the draft model's calls, or an n-gram lookup
   total_time: float = 0.0
   stopped_by: str = ""      # "max-new-tokens", "end-of-text" or "the context": what ended the run
 
@@ -92,8 +153,14 @@ class Stats:
     return self.new_tokens / max(self.target_calls, 1)
 
   @property
+  def mean_drafted(self) -> float:
+    """Drafts proposed per round: K for a model draft (fewer only at the context's end), up to K for an n-gram draft."""
+    return self.drafted / max(self.target_calls, 1)
+
+  @property
   def draft_call_time(self) -> float:
-    return self.draft_time / max(self.draft_calls, 1)
+    """Seconds to draft one token: one call of a draft model; a share of a lookup for the n-gram draft."""
+    return self.draft_time / max(self.drafted, 1)
 
   @property
   def target_call_time(self) -> float:
@@ -101,18 +168,19 @@ class Stats:
 
   @property
   def cost_ratio(self) -> float:
-    """c, the paper's cost of a draft call over a target call."""
+    """c, the paper's cost of drafting one token over a target call (≈ 0 for a draft that is no model)."""
     return self.draft_call_time / self.target_call_time
 
   @property
   def tokens_per_second(self) -> float:
     return self.new_tokens / self.total_time
 
-def expected_tokens_per_loop(alpha: float, K: int) -> float:
-  """The paper's expected tokens per target call, (1 - α^(K+1)) / (1 - α)."""
+def expected_tokens_per_loop(alpha: float, K: float) -> float:
+  """The paper's expected tokens per target call, (1 - α^(K+1)) / (1 - α). For a draft that proposes a varying
+  number, K is the mean proposed: an approximation, as the formula is not linear in K."""
   return K + 1.0 if alpha >= 1 else (1 - alpha ** (K + 1)) / (1 - alpha)
 
-def predicted_speedup(alpha: float, K: int, c: float) -> float:
+def predicted_speedup(alpha: float, K: float, c: float) -> float:
   """Expected speedup over Algorithm 1: (1 - α^(K+1)) / ((1 - α)(Kc + 1))."""
   return expected_tokens_per_loop(alpha, K) / (K * c + 1)
 
@@ -171,10 +239,11 @@ def autoregressive_sample(model: GPT2, prompt_tokens: list[int], max_new_tokens:
   stats.stopped_by = stopped_by
   return x[len(prompt_tokens):], stats
 
-def speculative_sample(target: GPT2, draft: GPT2, prompt_tokens: list[int], max_new_tokens: int, *, K: int = 4,
+def speculative_sample(target: GPT2, draft: GPT2 | Draft, prompt_tokens: list[int], max_new_tokens: int, *, K: int = 4,
                        temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, seed: int = 0,
                        eos: int | None = EOT, stream: Stream | None = None) -> tuple[list[int], list[str], Stats]:
-  """Algorithm 2: sample max_new_tokens tokens from the target q, drafting K at a time with the draft p.
+  """Algorithm 2: sample max_new_tokens tokens from the target q, drafting K at a time with the draft p: a smaller
+  GPT-2, or any draft object such as NgramDraft.
 
   The tokens follow the target's distribution exactly (the paper's Theorem 1). Stops early at eos or when the
   context is full. Returns the new tokens, where each came from (see verify), and the Stats.
@@ -182,35 +251,31 @@ def speculative_sample(target: GPT2, draft: GPT2, prompt_tokens: list[int], max_
   sampling = Sampling(temperature, top_k, top_p)
   if K < 1:
     raise ValueError(f"K (the lookahead) is {K}: it must be at least 1.")
-  check_run([target, draft], prompt_tokens, max_new_tokens)
+  draft = ModelDraft(draft) if isinstance(draft, GPT2) else draft
+  models = [target] + ([draft.model] if isinstance(draft, ModelDraft) else [])
+  check_run(models, prompt_tokens, max_new_tokens)
   rng, stats, start = np.random.default_rng(seed), Stats(), time.perf_counter()
-  n_ctx, n_prompt = min(target.config.n_ctx, draft.config.n_ctx), len(prompt_tokens)
+  n_ctx, n_prompt = min(m.config.n_ctx for m in models), len(prompt_tokens)
   x, origins = list(prompt_tokens), []
-  target_cached = draft_cached = 0  # how many leading tokens of x each model's KV cache holds; the rest is stale
+  target_cached = 0  # how many leading tokens of x the target's KV cache holds; the rest is stale
   # Algorithm 2: "while n < T do"
   while not (stopped_by := stop_reason(x, n_prompt, max_new_tokens, n_ctx, eos)):
     n, k = len(x), min(K, n_ctx - len(x))  # near the end of the context, draft fewer so the target's K+1 positions fit
     # Algorithm 2: "for t = 1 : K do: Sample draft auto-regressively x̃_t ~ p(x|x_1, ..., x_n, x̃_1, ..., x̃_{t-1})"
-    # The draft first catches up on the tokens its cache lacks: the prompt, the token emitted last round, and after
-    # an all-accept round also x̃_K, which it drafted but never fed.
-    drafts, p, feed, pos = [], [], x[draft_cached:], draft_cached
-    for _ in range(k):
-      p_t, dt = timed(next_probs, draft, feed, pos, 1, sampling)
-      stats.draft_calls, stats.draft_time, pos = stats.draft_calls + 1, stats.draft_time + dt, pos + len(feed)
-      p.append(p_t[0])
-      drafts.append(sample(p_t[0], rng))
-      feed = drafts[-1:]
+    (drafts, p), dt = timed(draft.propose, x, k, sampling, rng)
+    stats.drafted, stats.draft_time = stats.drafted + len(drafts), stats.draft_time + dt
     # Algorithm 2: "In parallel, compute K + 1 sets of logits from drafts x̃_1, ..., x̃_K:
     #          q(x|x_1, ..., x_n), q(x|x_1, ..., x_n, x̃_1), ..., q(x|x_1, ..., x_n, x̃_1, ..., x̃_K)"
     # One call on [x_n, x̃_1, ..., x̃_K] from cache position n-1 (plus whatever the target's cache lacks).
-    q, dt = timed(next_probs, target, x[target_cached:] + drafts, target_cached, k + 1, sampling)
+    q, dt = timed(next_probs, target, x[target_cached:] + drafts, target_cached, len(drafts) + 1, sampling)
     stats.target_calls, stats.target_time = stats.target_calls + 1, stats.target_time + dt
     # Algorithm 2: "for t = 1 : K do" accept or reject each draft, then the bonus token (see verify)
-    new, came_from = verify(drafts, np.stack(p), q, rng)
-    stats.drafted, stats.accepted = stats.drafted + k, stats.accepted + len(new) - 1
+    new, came_from = verify(drafts, one_hot(drafts, q.shape[1]) if p is None else p, q, rng)
+    stats.accepted += len(new) - 1
     stats.rejected += came_from[-1] == "resampled"
     # Roll back: both caches keep x_1..x_n and the accepted drafts; what they hold past that is overwritten next round.
-    target_cached, draft_cached = n + len(new) - 1, min(pos, n + len(new) - 1)
+    target_cached = n + len(new) - 1
+    draft.keep(n + len(new) - 1)
     # Never overshoot: stop at max_new_tokens, at the end of the context, and at eos even inside an accepted run.
     new = new[:min(max_new_tokens - (n - n_prompt), n_ctx - n)]
     if eos in new:
