@@ -24,7 +24,7 @@ from weights import load_model
 import speculative
 from gpt2 import GPT2
 from sampling import Sampling
-from speculative import next_probs, sample, speculative_sample, verify
+from speculative import NgramDraft, next_probs, sample, speculative_sample, verify
 
 PLAIN = Sampling()
 
@@ -132,24 +132,25 @@ def models(tmp_path_factory) -> tuple[GPT2, GPT2]:
   return target, draft
 
 @functools.cache
-def exact_joint(target: GPT2, L: int, settings: Sampling) -> np.ndarray:
-  """The target's exact probability of each of the VOCAB**L continuations of PROMPT (index: the tokens read as a base-VOCAB number).
+def exact_joint(target: GPT2, L: int, settings: Sampling, prompt: tuple[int, ...] = tuple(PROMPT)) -> np.ndarray:
+  """The target's exact probability of each of the VOCAB**L continuations of prompt (index: the tokens read as a base-VOCAB number).
 
   The chain rule on the target's own conditionals, each from a fresh forward pass at start_pos 0 on its prefix.
   """
   joint = np.ones(1)
   for prefix_len in range(L):
     prefixes = itertools.product(range(VOCAB), repeat=prefix_len)  # in the same order as the index
-    q = np.stack([next_probs(target, PROMPT + list(prefix), 0, 1, settings)[0] for prefix in prefixes])
+    q = np.stack([next_probs(target, list(prompt + prefix), 0, 1, settings)[0] for prefix in prefixes])
     joint = (joint[:, None] * q).reshape(-1)
   return joint
 
-def sampled_joint(target: GPT2, draft: GPT2, K: int, L: int, settings: Sampling, n: int) -> tuple[np.ndarray, dict[str, int]]:
+def sampled_joint(target: GPT2, draft: GPT2 | NgramDraft, K: int, L: int, settings: Sampling, n: int,
+                  prompt: list[int] = PROMPT) -> tuple[np.ndarray, dict[str, int]]:
   """Counts of speculative_sample's first L tokens over seeds 0 .. n-1, and in how many samples each path of Algorithm 2 showed."""
   counts = np.zeros(VOCAB ** L, dtype=np.int64)
   paths = dict.fromkeys(("rejection", "all-accept round with its bonus", "round after a rejection", "round after a bonus"), 0)
   for seed in range(n):
-    tokens, origins, _ = speculative_sample(target, draft, PROMPT, L, K=K, temperature=settings.temperature, top_k=settings.top_k, top_p=settings.top_p,
+    tokens, origins, _ = speculative_sample(target, draft, prompt, L, K=K, temperature=settings.temperature, top_k=settings.top_k, top_p=settings.top_p,
                                             seed=seed, eos=None)  # eos=None: GPT-2's eos id is not in this vocabulary anyway
     counts[np.ravel_multi_index(tokens, (VOCAB,) * L)] += 1  # the tokens as a base-VOCAB number, as in exact_joint
     paths["rejection"] += "resampled" in origins
@@ -264,3 +265,28 @@ def test_broken_step_is_caught(monkeypatch: pytest.MonkeyPatch, install_bug: Bre
   """The one-step test, at the same N, rejects a verify that keeps every x̃ or resamples from q, with p < 1e-6."""
   install_bug(monkeypatch, None, None)
   assert min(step_pvalues(*PAIRS["p is q at temperature 2"])) < 1e-6
+
+# ***** part 4: a draft that is no model *****
+# Prompt lookup (speculative.NgramDraft) is deterministic: p is one-hot at each x̃, so x̃ is accepted with probability
+# q(x̃) and a rejection resamples from q with x̃ removed. The prompt repeats one token, so the first round proposes
+# (1, 1), which this target accepts often enough for all-accept rounds, and rejects often enough for resampling;
+# later rounds match what was generated, or find nothing and take a plain target step. Same N as part 2 (p = 0.35
+# when written; the broken control below gave 9e-15); one test, so its own threshold is 1e-3.
+NGRAM_PROMPT, NGRAM_K = [1, 1, 1, 1], 2
+
+def ngram_test(target: GPT2) -> tuple[float, dict[str, int]]:
+  L = NGRAM_K + 2
+  counts, paths = sampled_joint(target, NgramDraft(max_n=3), NGRAM_K, L, PLAIN, N_JOINT, NGRAM_PROMPT)
+  return chisquare_pvalue(counts, exact_joint(target, L, PLAIN, tuple(NGRAM_PROMPT))), paths
+
+def test_ngram_draft_keeps_the_targets_distribution(models: tuple[GPT2, GPT2]):
+  """Theorem 1 with a deterministic draft: the first K + 2 tokens follow the target's exact joint distribution."""
+  pvalue, paths = ngram_test(models[0])
+  assert min(paths.values()) >= N_JOINT // 100, f"a path of Algorithm 2 is (almost) missing from the window: {paths}"
+  assert pvalue > 1e-3, f"p = {pvalue:.2e}; paths seen: {paths}"
+
+def test_ngram_draft_resampling_from_q_is_caught(models: tuple[GPT2, GPT2], monkeypatch: pytest.MonkeyPatch):
+  """The n-gram case's own bug: after a rejection, drawing from q (x̃ included) instead of q with x̃ removed."""
+  resample_from_q(monkeypatch, None, None)
+  pvalue, _ = ngram_test(models[0])
+  assert pvalue < 1e-6, f"p = {pvalue:.2e}: the test at N = {N_JOINT} no longer sees this bug"

@@ -7,7 +7,7 @@ from tiny import TOKENIZER_DIR, run_script, write_checkpoint
 from weights import load_model
 from sampling import Sampling
 import speculative
-from speculative import autoregressive_sample, sample, speculative_sample, verify
+from speculative import NgramDraft, autoregressive_sample, sample, speculative_sample, verify
 
 PROMPT = [5, 17, 2, 33]
 
@@ -60,6 +60,23 @@ def test_never_runs_past_the_context(models):
   tokens, _, _ = speculative_sample(target, draft, prompt, 100, K=6, eos=None)
   assert len(prompt) + len(tokens) == 48
   assert len(autoregressive_sample(target, prompt, 100, eos=None)[0]) == 4
+
+def test_ngram_draft_proposes_what_followed_the_latest_match():
+  draft, rng = NgramDraft(max_n=3), np.random.default_rng(0)
+  x = [1, 2, 3, 9, 1, 2, 3, 4, 5, 7, 2, 3]
+  assert draft.propose(x, 4, None, rng) == ([4, 5, 7, 2], None)          # (2, 3) last seen before 4; no 3-gram match
+  assert draft.propose(x + [4], 2, None, rng) == ([5, 7], None)          # the 3-gram (2, 3, 4): the longest match wins
+  assert draft.propose([5, 6, 7, 8], 3, None, rng) == ([], None)          # nothing matches: propose nothing
+  assert draft.propose([5, 6, 5], 3, None, rng) == ([6, 5], None)         # at most what follows the match
+
+def test_greedy_with_ngram_draft_equals_greedy_autoregressive(models):
+  """--draft ngram --temperature 0 emits exactly the target's greedy continuation, through matches and misses."""
+  target = models[0]
+  prompt = PROMPT * 3
+  expected, _ = autoregressive_sample(target, prompt, 30, temperature=0)
+  got, origins, stats = speculative_sample(target, NgramDraft(), prompt, 30, K=4, temperature=0)
+  assert got == expected
+  assert {"accepted", "resampled", "target"} <= set(origins) and stats.drafted > 0
 
 def test_acceptance_rate_counts_every_check(models, monkeypatch):
   """α̂ has one definition, Stats.acceptance_rate = accepted / checked drafts, counting every check that verify made,
@@ -139,6 +156,16 @@ def test_cli_compare_and_trace(gpt2_vocab_models):
   assert out.returncode == 0, out.stderr
   assert "Algorithm 1 (auto-regressive)" in out.stdout and "x measured" in out.stdout and "\033[3" in out.stdout
 
+def test_cli_ngram_draft_greedy_prints_the_targets_greedy_text(gpt2_vocab_models):
+  """--draft ngram --temperature 0 --compare: Algorithm 2's text is exactly Algorithm 1's greedy text."""
+  target, _, *tok = gpt2_vocab_models
+  out = cli("--prompt", "one two one two one two", "--target", target, "--draft", "ngram", *tok, "--temperature", "0",
+            "--max-new-tokens", "16", "--compare")
+  assert out.returncode == 0, out.stderr
+  alg2 = out.stdout.split("\n\n--- Algorithm 2")[0]
+  alg1 = out.stdout.split("\n\n--- Algorithm 1")[0].rsplit("\n\n", 1)[-1].strip()
+  assert alg2.strip() == alg1 and "draft ngram" in out.stdout
+
 def test_cli_says_that_the_context_ended_the_run(gpt2_vocab_models):
   """A run that the context cuts short says so, rather than printing fewer tokens without a word."""
   target, draft, *tok = gpt2_vocab_models
@@ -162,6 +189,8 @@ def bad_inputs(target: str, draft: str, tokenizer: list[str], small_vocab: str, 
     "different vocabularies": (["--prompt", "Hi", "--target", target, "--draft", small_vocab, *tokenizer], "vocabulary"),
     "unknown device": (["--prompt", "Hi", "--device", "NOPE", *ok], "device NOPE is not usable here"),
     "no network": (["--prompt", "Hi", "--target", "gpt2", "--draft", draft, *tokenizer], "Could not download"),
+    "n-gram length < 1": (["--prompt", "Hi", "--draft", "ngram", "--ngram-max", "0", "--target", target, *tokenizer],
+                          "n-gram length is 0"),
   }
 
 def test_cli_bad_input_gets_one_sentence_and_exit_2(gpt2_vocab_models, tmp_path):
