@@ -123,7 +123,8 @@ class GPT2:
     if (T, last, head) not in self.steps:
       def run(start_pos: UOp, *ids: UOp) -> Tensor:
         logits = self.forward(list(ids), start_pos, last)
-        return (logits if head is None else head(logits[0])).contiguous()
+        # every result is read on the host: the copy there is part of the compiled step, not a separate one per call
+        return (logits if head is None else head(logits[0])).to("CPU").contiguous()
       variables = [Variable("start_pos", 0, cfg.n_ctx - T)] + [Variable(f"id{t}", 0, cfg.vocab_size - 1) for t in range(T)]
       self.steps[(T, last, head)] = TinyJit(run), variables
     jit, variables = self.steps[(T, last, head)]
@@ -132,8 +133,8 @@ class GPT2:
   def __call__(self, ids: list[int], start_pos: int, last: int | None = None,
                head: Callable[[Tensor], Tensor] | None = None) -> Tensor:
     """Next-token logits (1, last, vocab) after the last `last` (default: all) of ids, fed at positions start_pos..,
-    writing them into the KV cache; with head, head(logits[0]) instead. The result lives in a buffer that the next
-    call of the same shape overwrites: read it first."""
+    writing them into the KV cache; with head, head(logits[0]) instead. The result is in host memory (tinygrad's CPU
+    device), in a buffer that the next call of the same shape overwrites: read it first."""
     cfg, T = self.config, len(ids)
     last = T if last is None else last
     if not (0 <= start_pos and start_pos + T <= cfg.n_ctx):

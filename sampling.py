@@ -55,12 +55,12 @@ def sample(weights: np.ndarray, rng: np.random.Generator) -> int:
   draw as one cumulative sum over the whole vocabulary, but about 8 times faster for GPT-2's 50257 tokens, which
   matters as every draft token costs one draw. A zero-weight token is never drawn.
   """
-  blocks = np.pad(weights, (0, -len(weights) % BLOCK)).reshape(-1, BLOCK)
-  sums = blocks.sum(1)
+  sums = np.add.reduceat(weights, np.arange(0, len(weights), BLOCK))  # each block's total
   cdf = np.cumsum(sums)
   u = rng.random() * cdf[-1]
   # float rounding can put u at the very end of a CDF: never step past the last token of positive weight
   b = min(int(np.searchsorted(cdf, u, side="right")), np.flatnonzero(sums).max(initial=0))
+  block = weights[b * BLOCK:(b + 1) * BLOCK]
   u -= cdf[b - 1] if b else 0.0
-  t = min(int(np.searchsorted(np.cumsum(blocks[b]), u, side="right")), np.flatnonzero(blocks[b]).max(initial=0))
+  t = min(int(np.searchsorted(np.cumsum(block), u, side="right")), np.flatnonzero(block).max(initial=0))
   return b * BLOCK + t
