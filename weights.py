@@ -12,7 +12,7 @@ import tiktoken
 from tinygrad import Tensor, dtypes
 from tinygrad.dtype import DType
 from tinygrad.helpers import tqdm
-from tinygrad.nn.state import get_parameters, get_state_dict, load_state_dict, safe_load
+from tinygrad.nn.state import get_parameters, get_state_dict, load_state_dict, safe_load, safe_save
 from gpt2 import GPT2, GPT2Config, PRESETS
 
 FILES = ("config.json", "model.safetensors")
@@ -112,6 +112,19 @@ def load_model(name_or_dir: str, dtype: DType = dtypes.float32) -> GPT2:
                       f"the config needs {expected.get(k, 'no such tensor')}.")
   load_state_dict(model, state, verbose=False)
   return model
+
+def save_model(model: GPT2, folder: str | pathlib.Path) -> pathlib.Path:
+  """Write a model as a Hugging Face checkpoint (config.json, model.safetensors in float32): load_model's inverse."""
+  cfg, folder = model.config, pathlib.Path(folder)
+  folder.mkdir(parents=True, exist_ok=True)
+  config = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "activation_function": "gelu_new",
+            "n_layer": cfg.n_layer, "n_head": cfg.n_head, "n_embd": cfg.n_embd, "vocab_size": cfg.vocab_size,
+            "n_positions": cfg.n_ctx, "n_ctx": cfg.n_ctx, "layer_norm_epsilon": cfg.norm_eps}
+  (folder / "config.json").write_text(json.dumps(config, indent=2))
+  state = {k: (v.T if k.endswith(CONV1D) else v).float().contiguous()  # back to Conv1D's (in, out)
+           for k, v in get_state_dict(model).items() if not k.endswith("cache_kv")}
+  safe_save(state, str(folder / "model.safetensors"))
+  return folder
 
 def load_tokenizer(folder: str | None = None) -> tiktoken.Encoding:
   """GPT-2's tokenizer: tiktoken's gpt2 encoding (cached under TIKTOKEN_CACHE_DIR), or built from a folder with its two files."""

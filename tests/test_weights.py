@@ -235,3 +235,17 @@ def test_tokenizer_no_network_empty_cache(offline_tiktoken):
   """No network and nothing in tiktoken's cache is a LoadError saying where to get the two files."""
   with pytest.raises(LoadError, match="put encoder.json and vocab.bpe") as e: load_tokenizer()
   one_sentence(e)
+
+# --- writing a checkpoint ---
+
+def test_save_model_is_load_models_inverse(checkpoint, tmp_path):
+  """save_model writes the Hub's layout (the names, shapes and dtype that tests/tiny.py writes independently), and
+  loading it back gives the same logits."""
+  safetensors = pytest.importorskip("safetensors.numpy", reason="the layout check reads with safetensors (requirements-hf.txt)")
+  model = load_model(str(checkpoint))
+  folder = weights.save_model(model, tmp_path / "saved")
+  saved = {k: (v.shape, v.dtype) for k, v in safetensors.load_file(folder / "model.safetensors").items()}
+  hub = {k: (v.shape, v.dtype) for k, v in safetensors.load_file(checkpoint / "model.safetensors").items()
+         if not k.endswith(".attn.bias")}
+  assert saved == hub
+  np.testing.assert_array_equal(logits(load_model(str(folder)), TOKENS), logits(model, TOKENS))
