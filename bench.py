@@ -1,23 +1,30 @@
-"""Measure speculative sampling's speedup the way Chen et al. (2023) do: their Table 1 and Figure 1 on your machine.
+"""Measure speculative sampling's speedup as Chen et al. (2023) do (Table 1, Figure 1), on this machine.
 
-    python bench.py --target gpt2-xl --draft gpt2                          # the table for K = 4
-    python bench.py --target gpt2-xl --draft gpt2 --sweep 1,2,3,4,5,6      # the table per K, and Figure 1 as PNGs
-    python bench.py --random --target gpt2 --draft 2,4,256 --greedy        # random weights, real shapes (no download)
-    python bench.py --random --target gpt2 --scoring                       # one call of T tokens: host, device, t(T)/t(1)
-    python bench.py --random --target gpt2 --draft ngram --greedy --prompt "..."   # prompt lookup on your own prompt
-    python bench.py --target ckpt/big --draft ckpt/small --vs-hf           # against Hugging Face assisted generation
-    DEV=NULL NULL_ALLOW_COPYOUT=1 python bench.py --random --target gpt2-xl --draft gpt2 --scoring   # host work only
+    python bench.py --target gpt2-xl --draft gpt2                        # the table for K = 4
+    python bench.py --target gpt2-xl --draft gpt2 --sweep 1,2,3,4,5,6    # one row per K; Figure 1 as PNGs
+    python bench.py --random --target gpt2 --draft 2,4,256 --greedy      # random weights: no download
+    python bench.py --random --target gpt2 --scoring                     # one call of T tokens: the time
+    python bench.py --random --target gpt2 --draft ngram --prompt "..."  # prompt lookup, on your prompt
+    python bench.py --target ckpt/big --draft ckpt/small --vs-hf         # against Hugging Face's
+    DEV=NULL NULL_ALLOW_COPYOUT=1 python bench.py --random --target gpt2-xl --scoring   # host work alone
 
-Method: after a warm-up that compiles every kernel, each prompt is continued by Algorithm 1 and then by Algorithm 2
-with the same seed, prompt by prompt, so that a change of load on the machine touches both alike. Every run makes
-exactly --max-new-tokens tokens (no stop at <|endoftext|>); its time includes the prompt's prefill, as a user waits
-for it. The table pools the prompts; the plots show their mean and standard deviation. Set the device with DEV=...
-On DEV=NULL (tinygrad's device that runs no kernel; results read back as zeros) every time is host work.
+Method: after a warm-up that compiles every kernel, each prompt is continued by Algorithm 1 and then by
+Algorithm 2 with the same seed, prompt by prompt, so that a change of load on the machine touches both
+alike. Every run makes exactly --max-new-tokens tokens (no stop at <|endoftext|>); its time includes the
+prompt's prefill, as a user waits for it. The table pools the prompts; the plots show their mean and
+standard deviation. Set the device with DEV=... On DEV=NULL (tinygrad's device that runs no kernel and
+reads back zeros) every time is host work: what Python and tinygrad spend around the kernels.
+
+Where the time goes: the table's header gives the weights each algorithm reads per token, its footer the
+memory-bandwidth floor (the target's weights ÷ the bandwidth: --bandwidth, or measured) and each algorithm
+against it. --scoring times one target call of T tokens alone: in total, its host part, and t(T)/t(1).
 """
 from __future__ import annotations
-import argparse, json, os, pathlib, platform, statistics, sys, tempfile, time
+import argparse, json, os, pathlib, platform, statistics, sys, tempfile, textwrap, time
 from dataclasses import asdict, fields
+from typing import Callable
 import numpy as np
+import tiktoken
 from tinygrad import Device, Tensor, TinyJit, dtypes
 from tinygrad.helpers import tqdm
 from tinygrad.nn.state import get_parameters
@@ -29,115 +36,149 @@ from speculative import speculative_sample
 from weights import LoadError, checkpoint_dir, load_model, load_tokenizer, random_model, save_model
 
 SHARED_TOKENIZER = pathlib.Path(__file__).resolve().parent.parent / "shared" / "gpt2-tokenizer"
-PROMPT_LEN = 8  # every built-in prompt is cut to this many tokens: all runs then compile and replay the same kernels
-PROMPTS = ["Alan Turing theorized that computers would one day become the most powerful machines on the planet.",
-           "The capital of France is a city of art, fashion and food, and its museums draw millions of visitors.",
-           "In the beginning of the twentieth century, physicists found that light behaves both as a wave and a particle.",
-           "def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)",
-           "Once upon a time, in a small village at the edge of a dark forest, there lived an old woodcutter.",
-           "The stock market fell sharply on Monday as investors worried about rising interest rates and inflation.",
-           "To make a good cup of coffee, start with freshly roasted beans and grind them just before brewing.",
-           "The mitochondria is the powerhouse of the cell, turning nutrients into the energy that the cell needs."]
-ALPHA_REAL = 0.8  # the acceptance rate expected of real GPT-2 pairs, for the prediction printed beside the measured one
+GPT2_VOCAB = 50257
+PROMPT_LEN = 8  # built-in prompts are cut to this many tokens: all runs compile and replay the same kernels
+PROMPTS = [
+  "Alan Turing theorized that computers would one day become the most powerful machines on the planet.",
+  "The capital of France is a city of art, fashion and food, and its museums draw millions of visitors.",
+  "In the beginning of the twentieth century, physicists found that light behaves both as a wave and "
+  "a particle.",
+  "def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)",
+  "Once upon a time, in a small village at the edge of a dark forest, there lived an old woodcutter.",
+  "The stock market fell sharply on Monday as investors worried about rising interest rates and inflation.",
+  "To make a good cup of coffee, start with freshly roasted beans and grind them just before brewing.",
+  "The mitochondria is the powerhouse of the cell, turning nutrients into the energy that the cell needs.",
+]
+ALPHA_REAL = 0.8  # the acceptance rate expected of real GPT-2 pairs: the costs are also shown at this α
+SCORING_T = range(1, 9)  # --scoring times one call of each of these many tokens
+SCORING_REPS = 7         # and takes the median of this many calls, after the two that compile and capture
 
 # ***** models and prompts *****
 
-def load_models(args: argparse.Namespace) -> tuple[GPT2, GPT2 | NgramDraft]:
-  """The target and the draft named on the command line: checkpoints, random weights, or prompt lookup."""
-  def model(name: str, seed: int) -> GPT2:
-    return random_model(name, seed=seed) if args.random else load_model(name)
-  return model(args.target, 0), NgramDraft(args.ngram_max) if args.draft == "ngram" else model(args.draft, 1)
+def load_target(args: argparse.Namespace) -> GPT2:
+  """The target q: a checkpoint, or with --random random weights of its shape (seed 0)."""
+  return random_model(args.target, seed=0) if args.random else load_model(args.target)
+
+def load_draft(args: argparse.Namespace) -> GPT2 | NgramDraft:
+  """The draft p: a checkpoint, or with --random random weights of its shape (seed 1); or prompt lookup."""
+  if args.draft == "ngram":
+    return NgramDraft(args.ngram_max)
+  return random_model(args.draft, seed=1) if args.random else load_model(args.draft)
+
+def find_tokenizer(folder: str | None) -> tiktoken.Encoding | None:
+  """GPT-2's tokenizer from folder if given; else the shared copy beside the checkout, else tiktoken's;
+  None if there is none."""
+  if folder:
+    return load_tokenizer(folder)  # asked for by name: if it cannot be had, say so
+  for candidate in [str(SHARED_TOKENIZER)] * SHARED_TOKENIZER.is_dir() + [None]:  # None: tiktoken's cache
+    try:
+      return load_tokenizer(candidate)
+    except LoadError:
+      continue
+  return None
 
 def prompt_set(args: argparse.Namespace, vocab_size: int) -> tuple[list[list[int]], str]:
-  """--prompts prompts: --prompt whole, or the built-in ones cut to PROMPT_LEN tokens (fixed ids without a tokenizer)."""
-  if vocab_size == 50257:
-    folders = [args.tokenizer] if args.tokenizer else [str(SHARED_TOKENIZER)] * SHARED_TOKENIZER.is_dir() + [None]
-    for folder in folders:  # None: tiktoken's own download and cache
-      try:
-        enc = load_tokenizer(folder)
-      except LoadError:
-        continue
-      if args.prompt:
-        return [enc.encode(args.prompt)] * args.prompts, "your prompt, GPT-2 tokenizer"
-      return [enc.encode(PROMPTS[i % len(PROMPTS)])[:PROMPT_LEN] for i in range(args.prompts)], "GPT-2 tokenizer"
-  if args.prompt:
-    raise ValueError("--prompt needs the GPT-2 tokenizer and a model with its 50257-token vocabulary.")
-  rng = np.random.default_rng(0)
-  return [rng.integers(0, vocab_size, PROMPT_LEN).tolist() for _ in range(args.prompts)], "fixed random token ids"
+  """--prompts prompts and where they come from: --prompt whole, or the built-in ones cut to PROMPT_LEN tokens
+  (fixed random ids for a model without GPT-2's vocabulary, or when no tokenizer can be had)."""
+  enc = find_tokenizer(args.tokenizer) if vocab_size == GPT2_VOCAB else None
+  if args.prompt is not None:
+    if enc is None:
+      raise ValueError(f"--prompt needs GPT-2's tokenizer and a model with its {GPT2_VOCAB} tokens.")
+    return [enc.encode(args.prompt)] * args.prompts, "your prompt, whole"
+  if enc is None:
+    rng = np.random.default_rng(0)
+    prompts = [rng.integers(0, vocab_size, PROMPT_LEN).tolist() for _ in range(args.prompts)]
+    return prompts, "fixed random token ids"
+  prompts = [enc.encode(PROMPTS[i % len(PROMPTS)])[:PROMPT_LEN] for i in range(args.prompts)]
+  return prompts, f"built-in, cut to {PROMPT_LEN} tokens"
 
 def machine() -> str:
   """The tinygrad device and, on the host, the CPU model and its core count."""
   cpu = platform.processor() or platform.machine()
   if os.path.exists("/proc/cpuinfo"):
-    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), cpu)
+    with open("/proc/cpuinfo") as f:
+      cpu = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), cpu)
   return f"{Device.DEFAULT} (host: {cpu}, {os.cpu_count()} cores)"
 
-# ***** measuring *****
+# ***** Algorithm 1 against Algorithm 2 *****
 
 def total(stats: list[Stats]) -> Stats:
-  """The Stats of several runs pooled: counts and times added."""
-  return Stats(**{f.name: sum(getattr(s, f.name) for s in stats) for f in fields(Stats) if f.name != "stopped_by"})
+  """The Stats of several runs pooled: counts and times added (stopped_by, a word, is left out)."""
+  numbers = [f.name for f in fields(Stats) if f.name != "stopped_by"]
+  return Stats(**{name: sum(getattr(s, name) for s in stats) for name in numbers})
 
-def measure_k(target: GPT2, draft: GPT2 | NgramDraft, prompts: list[list[int]], n_tokens: int, K: int,
-              sampling: Sampling, bar: tqdm) -> dict:
-  """Warm up, then run Algorithm 1 and Algorithm 2 on every prompt; one row of the table with its per-prompt figures."""
+def run_pairs(target: GPT2, draft: GPT2 | NgramDraft, prompts: list[list[int]], n_tokens: int, K: int,
+              sampling: Sampling, bar: tqdm) -> list[tuple[Stats, Stats]]:
+  """Warm up, then continue each prompt i with Algorithm 1 and Algorithm 2, both with seed i: their Stats."""
   settings = dict(temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p, eos=None)
   def pair(prompt: list[int], seed: int, n: int) -> tuple[Stats, Stats]:
     base = autoregressive_sample(target, prompt, n, seed=seed, **settings)[1]
     return base, speculative_sample(target, draft, prompt, n, K=K, seed=seed, **settings)[2]
   warm_up(target, draft, K, sampling)
-  for seed in range(2):  # and the shapes of a first round, which also reads the prompt: each compiles, then captures
-    pair(prompts[0], seed, 3 * (K + 1))
+  for _ in range(2):  # and twice the shapes that read the prompt: one call compiles, the next captures
+    pair(prompts[0], 0, 3 * (K + 1))
   runs = []
   for seed, prompt in enumerate(prompts):
     runs.append(pair(prompt, seed, n_tokens))
     bar.update(1)
+  return runs
+
+def summarize(K: int, runs: list[tuple[Stats, Stats]]) -> dict:
+  """One row of the table from the runs of one K: pooled figures, and per-prompt ones for the plots."""
   base, spec = total([b for b, _ in runs]), total([s for _, s in runs])
   alpha, c, k = spec.acceptance_rate, spec.cost_ratio, spec.mean_drafted
   speedup, predicted = spec.tokens_per_second / base.tokens_per_second, predicted_speedup(alpha, k, c)
-  rounds = [(s.total_time, s.draft_time, s.target_time, s.target_calls) for _, s in runs]
-  return {"K": K, "alg1_ms_per_token": 1e3 / base.tokens_per_second, "alg2_ms_per_token": 1e3 / spec.tokens_per_second,
-          "speedup": speedup, "alpha": alpha, "tokens_per_target_call": spec.tokens_per_target_call, "c": c,
-          "mean_drafted": k,
-          # what one target call of K+1 tokens costs against one of a single token: the paper assumes about 1
-          "scoring_ratio": spec.target_call_time / base.target_call_time,
-          "predicted": predicted, "measured_over_predicted": speedup / predicted,
-          "predicted_at_real_alpha": predicted_speedup(ALPHA_REAL, K, c),
+  # what one target call of K+1 tokens costs against one of a single token: the paper assumes about 1
+  scoring_ratio = spec.target_call_time / base.target_call_time
+  return {"K": K, "alg1_ms_per_token": 1e3 / base.tokens_per_second,
+          "alg2_ms_per_token": 1e3 / spec.tokens_per_second, "speedup": speedup, "alpha": alpha,
+          "tokens_per_target_call": spec.tokens_per_target_call, "c": c, "mean_drafted": k,
+          "scoring_ratio": scoring_ratio, "predicted": predicted,
+          "measured_over_predicted": speedup / predicted,
+          # Algorithm 2's time per round: K draft calls, one target call, the draws and the test
           "ms_per_round": 1e3 * spec.total_time / spec.target_calls,
           # the draws, the accept/reject test and the bookkeeping: the time outside the models' calls
           "outside_calls_share": 1 - (spec.target_time + spec.draft_time) / spec.total_time,
           "alg1_seconds": [b.total_time for b, _ in runs], "alg2_seconds": [s.total_time for _, s in runs],
           "tokens_per_loop": [s.tokens_per_target_call for _, s in runs],
-          "loop_seconds": [t / n for t, _, _, n in rounds], "draft_seconds_per_loop": [d / n for _, d, _, n in rounds],
-          "target_seconds_per_loop": [t / n for _, _, t, n in rounds], "alg1": asdict(base), "alg2": asdict(spec)}
+          "loop_seconds": [s.total_time / s.target_calls for _, s in runs],
+          "draft_seconds_per_loop": [s.draft_time / s.target_calls for _, s in runs],
+          "target_seconds_per_loop": [s.target_time / s.target_calls for _, s in runs],
+          "alg1": asdict(base), "alg2": asdict(spec)}
 
-def scoring_cost(model: GPT2, lengths: range, reps: int, sampling: Sampling) -> dict[int, tuple[float, float]]:
-  """Per T: median seconds of one call of T tokens with its probabilities copied to the host, and of its host part.
+# ***** where the time goes: one call, the bytes it reads, the bandwidth *****
 
-  The host part is the time until model(...) returns. On an asynchronous device (CUDA, Metal) that is when the
-  kernels are queued, so the rest, until the copy arrives, is the device's; the CPU backend runs the kernels
-  inside the call, so there both times include them.
+def scoring_cost(model: GPT2, lengths: range, reps: int,
+                 sampling: Sampling) -> dict[int, tuple[float, float]]:
+  """Per T: the median seconds of one call of T tokens with its probabilities copied to the host, and of its
+  host part, the time until model(...) returns.
+
+  On an asynchronous device (CUDA, Metal) the call returns once its kernels are queued, so the host part is
+  the host work (binding the Variables, launching the compiled step), the rest the device's and the copy's.
+  On the CPU backend the kernels run inside the call, so there the host part includes them.
   """
   times: dict[int, list[tuple[float, float]]] = {T: [] for T in lengths}
-  for r in tqdm(range(reps + 2), desc="scoring"):
-    for T in lengths:
+  for r in tqdm(range(reps + 2), desc="scoring (rounds over T)"):
+    for T in lengths:  # T interleaved, so that a change of load on the machine touches every T alike
       start = time.perf_counter()
       out = model([0] * T, PROMPT_LEN + r, last=T, head=sampling)
-      launched = time.perf_counter()
+      returned = time.perf_counter()
       out.numpy()
-      if r >= 2:  # the first two calls of a length compile and capture its compiled step
-        times[T].append((time.perf_counter() - start, launched - start))
-  return {T: (statistics.median(t for t, _ in v), statistics.median(h for _, h in v)) for T, v in times.items()}
+      if r >= 2:  # the first two calls of a shape compile it and capture its compiled step
+        times[T].append((time.perf_counter() - start, returned - start))
+  median = statistics.median
+  return {T: (median(t for t, _ in pairs), median(h for _, h in pairs)) for T, pairs in times.items()}
 
 def model_bytes(model: GPT2) -> int:
-  """The bytes of the model's weights: what one decoding step must read at least once (the KV caches aside)."""
+  """The bytes of the model's weights, which one call reads at least once (the KV caches not counted)."""
   caches = {id(block.attn.cache_kv) for block in model.h}
   return sum(p.nbytes() for p in get_parameters(model) if id(p) not in caches)
 
 def measure_bandwidth(nbytes: int = 1 << 30) -> float:
-  """Bytes per second the device reads: the best of 5 sums over a buffer of nbytes, each reading it once."""
-  x = Tensor.empty(nbytes // 4, dtype=dtypes.float32).contiguous().realize()
-  read = TinyJit(lambda: x.sum().contiguous())
+  """Bytes per second the device reads: the best of 5 compiled sums over a buffer of nbytes (after 2 that
+  compile and capture), each reading it once."""
+  x = Tensor.ones(nbytes // 4, dtype=dtypes.float32).contiguous().realize()  # written, so every page is real
+  read = TinyJit(lambda: x.sum().realize())
   times = []
   for _ in range(7):
     Device[Device.DEFAULT].synchronize()
@@ -145,12 +186,38 @@ def measure_bandwidth(nbytes: int = 1 << 30) -> float:
     read()
     Device[Device.DEFAULT].synchronize()
     times.append(time.perf_counter() - start)
-  return nbytes / min(times[2:])  # the first two calls compile and capture
+  return nbytes / min(times[2:])
+
+def find_bandwidth(given_gb_s: float | None) -> tuple[float | None, str]:
+  """Bytes per second for the floor, and where the figure comes from: --bandwidth, a measurement, or none."""
+  if given_gb_s:
+    return given_gb_s * 1e9, "given"
+  if Device.DEFAULT == "NULL":
+    return None, "not measured on DEV=NULL, which runs no kernel: give one with --bandwidth GB/s"
+  return measure_bandwidth(), "measured: a compiled sum over 1 GiB"
+
+def floor_lines(target_bytes: int, bandwidth: float | None, source: str,
+                timings: dict[str, float]) -> list[str]:
+  """The memory-bandwidth floor of one call of the target (reading its weights once), and each timing
+  (what: milliseconds) against it."""
+  if bandwidth is None:
+    return [f"memory-bandwidth floor: no bandwidth ({source})"]
+  floor_ms = 1e3 * target_bytes / bandwidth
+  lines = [f"memory-bandwidth floor: {target_bytes / 1e9:.3f} GB ÷ {bandwidth / 1e9:.1f} GB/s ({source}) "
+           f"= {floor_ms:.2f} ms per target call"]
+  if Device.DEFAULT == "NULL":  # no kernel ran: each time is host work, to set against the device's floor
+    return lines + [f"{what}, host work only: {ms:.2f} ms = {ms / floor_ms:.2f}x the floor"
+                    for what, ms in timings.items()]
+  for what, ms in timings.items():
+    lines.append(f"{what}: {ms:.2f} ms = {ms / floor_ms:.2f}x the floor ({100 * floor_ms / ms:.0f}% of peak "
+                 "bandwidth)")
+  return lines
 
 # ***** Hugging Face assisted generation, side by side *****
 
-def vs_hf(target: GPT2, draft: GPT2, folders: tuple[str, str], prompts: list[list[int]], n_tokens: int, K: int) -> dict:
-  """Greedy, same K: tokens/s of Algorithm 2 here and of transformers' assisted generation on the same checkpoints."""
+def vs_hf(target: GPT2, draft: GPT2, folders: tuple[str, str], prompts: list[list[int]], n_tokens: int,
+          K: int) -> dict:
+  """Greedy, same K: tokens/s of Algorithm 2 here and of transformers' assisted generation, same weights."""
   try:
     import torch, transformers
   except ImportError:
@@ -159,7 +226,7 @@ def vs_hf(target: GPT2, draft: GPT2, folders: tuple[str, str], prompts: list[lis
   transformers.logging.disable_progress_bar()
   hf_target, hf_draft = (transformers.GPT2LMHeadModel.from_pretrained(f).eval() for f in folders)
   hf_draft.generation_config.num_assistant_tokens_schedule = "constant"  # keep K fixed, as here
-  hf_draft.generation_config.assistant_confidence_threshold = 0.0         # and draft all K, whatever the confidence
+  hf_draft.generation_config.assistant_confidence_threshold = 0.0         # and draft all K, however unsure
   def hf(prompt: list[int]) -> list[int]:
     ids = torch.tensor([prompt])
     with torch.no_grad():
@@ -170,11 +237,11 @@ def vs_hf(target: GPT2, draft: GPT2, folders: tuple[str, str], prompts: list[lis
   def ours(prompt: list[int]) -> list[int]:
     return speculative_sample(target, draft, prompt, n_tokens, K=K, temperature=0, eos=None)[0]
   result = {}
-  for name, fn in (("hf", hf), ("ours", ours)):
+  for name, generate in (("hf", hf), ("ours", ours)):
     for prompt in prompts[:2]:
-      fn(prompt)  # warm-up
+      generate(prompt)  # warm-up
     start = time.perf_counter()
-    result[name + "_tokens"] = [fn(p) for p in prompts]
+    result[name + "_tokens"] = [generate(p) for p in prompts]
     result[name + "_tokens_per_second"] = n_tokens * len(prompts) / (time.perf_counter() - start)
   result["ratio"] = result["ours_tokens_per_second"] / result["hf_tokens_per_second"]
   result["torch_threads"] = torch.get_num_threads()
@@ -183,35 +250,57 @@ def vs_hf(target: GPT2, draft: GPT2, folders: tuple[str, str], prompts: list[lis
 
 # ***** output *****
 
+# The paper's Table 1 columns, then those that explain measured ÷ predicted: (header, the cell of a row)
+COLUMNS: list[tuple[str, Callable[[dict], str]]] = [
+  ("K", lambda r: f"{r['K']}"),
+  ("Alg1 ms/tok", lambda r: f"{r['alg1_ms_per_token']:.1f}"),
+  ("Alg2 ms/tok", lambda r: f"{r['alg2_ms_per_token']:.1f}"),
+  ("speedup", lambda r: f"{r['speedup']:.2f}x"),
+  ("α̂", lambda r: f"{r['alpha']:.2f}"),
+  ("tok/call", lambda r: f"{r['tokens_per_target_call']:.2f}"),
+  ("c", lambda r: f"{r['c']:.3f}"),
+  ("t(K+1)/t(1)", lambda r: f"{r['scoring_ratio']:.2f}"),
+  ("predicted", lambda r: f"{r['predicted']:.2f}x"),
+  ("meas/pred", lambda r: f"{r['measured_over_predicted']:.2f}"),
+  ("ms/round", lambda r: f"{r['ms_per_round']:.2f}"),
+  ("outside calls", lambda r: f"{100 * r['outside_calls_share']:.1f}%"),
+]
+LEGEND = ("predicted: (1 − α̂^(K+1)) / ((1 − α̂)(Kc + 1)) from the measured α̂ and c (K: the mean drafted "
+          "per call). t(K+1)/t(1): Algorithm 2's mean target call against Algorithm 1's (the paper assumes "
+          "about 1; a run's first call also reads the prompt). ms/round: Algorithm 2's time ÷ its target "
+          "calls, drafting and draws included (on DEV=NULL: the host work of one whole round). outside "
+          "calls: Algorithm 2's time outside the models' calls: the draws, the accept/reject test, the "
+          "bookkeeping.")
+
 def table(rows: list[dict]) -> str:
-  """The paper's Table 1 columns, one row per K, and the columns that explain measured / predicted."""
-  lines = ["  K  Alg1 ms/tok  Alg2 ms/tok  speedup     α̂  tok/call      c  t(K+1)/t(1)  predicted  meas/pred"
-           "  ms/round  outside calls"]
-  for r in rows:
-    lines.append(f"{r['K']:>3}  {r['alg1_ms_per_token']:>11.1f}  {r['alg2_ms_per_token']:>11.1f}  {r['speedup']:>6.2f}x"
-                 f"  {r['alpha']:>5.2f}  {r['tokens_per_target_call']:>8.2f}  {r['c']:>5.3f}  {r['scoring_ratio']:>11.2f}"
-                 f"  {r['predicted']:>8.2f}x  {r['measured_over_predicted']:>9.2f}  {r['ms_per_round']:>8.2f}"
-                 f"  {100 * r['outside_calls_share']:>12.1f}%")
+  """One line per K, each column as wide as its header or widest cell."""
+  widths = [max(len(header), *(len(cell(r)) for r in rows)) for header, cell in COLUMNS]
+  lines = ["  ".join(header.rjust(w) for (header, _), w in zip(COLUMNS, widths))]
+  lines += ["  ".join(cell(r).rjust(w) for (_, cell), w in zip(COLUMNS, widths)) for r in rows]
   return "\n".join(lines)
 
-def floor_report(rows: list[dict], target_bytes: int, draft_bytes: int, bandwidth: float | None) -> str:
-  """Bytes read per token, the memory-bandwidth floor, and Algorithm 1 against it."""
-  lines = [f"weights: target {target_bytes / 1e9:.3f} GB, draft {draft_bytes / 1e9:.3f} GB. Bytes read per token: "
-           f"Algorithm 1 {target_bytes / 1e9:.3f} GB; Algorithm 2 (K·draft + target) ÷ tokens per call: "
-           + ", ".join(f"K={r['K']} {(r['K'] * draft_bytes + target_bytes) / r['tokens_per_target_call'] / 1e9:.3f} GB"
-                       for r in rows)]
-  if bandwidth is None:
-    return lines[0] + "\n(no bandwidth on DEV=NULL: give one with --bandwidth GB/s to see the floor)"
-  floor_ms = 1e3 * target_bytes / bandwidth
-  alg1 = statistics.mean(r["alg1_ms_per_token"] for r in rows)
-  lines.append(f"memory-bandwidth floor: {target_bytes / 1e9:.3f} GB ÷ {bandwidth / 1e9:.0f} GB/s = {floor_ms:.2f} ms/token; "
-               f"Algorithm 1 takes {alg1:.2f} ms/token, {alg1 / floor_ms:.1f}x the floor "
-               f"({100 * floor_ms / alg1:.0f}% of the bandwidth)")
-  return "\n".join(lines)
+def at_real_alpha(rows: list[dict]) -> str:
+  """What the measured costs predict at α = ALPHA_REAL, where real GPT-2 pairs are expected to be."""
+  def one(r: dict) -> str:
+    paper = predicted_speedup(ALPHA_REAL, r["K"], r["c"])  # a call of K+1 tokens costing as much as one of 1
+    ratio = r["scoring_ratio"]
+    return f"K={r['K']} {paper:.2f}x ({paper / ratio:.2f}x at t(K+1)/t(1) {ratio:.2f})"
+  return (f"predicted at α = {ALPHA_REAL} (not measured: where real GPT-2 pairs are expected to be), "
+          "from the measured c, and also the measured t(K+1)/t(1): " + ", ".join(one(r) for r in rows))
+
+def bytes_line(rows: list[dict], target_bytes: int, draft_bytes: int) -> str:
+  """Weights read per emitted token: the target's for Algorithm 1; (K·draft + target) ÷ tokens per target call
+  for Algorithm 2."""
+  def alg2(r: dict) -> str:
+    return f"K={r['K']} {(r['K'] * draft_bytes + target_bytes) / r['tokens_per_target_call'] / 1e9:.3f} GB"
+  return (f"weights: target {target_bytes / 1e9:.3f} GB, draft {draft_bytes / 1e9:.3f} GB. Read per token: "
+          f"Algorithm 1 {target_bytes / 1e9:.3f} GB; "
+          "Algorithm 2, (K·draft + target) ÷ tokens per target call: "
+          + ", ".join(alg2(r) for r in rows))
 
 def plot(rows: list[dict], header: str, n_tokens: int, out: pathlib.Path, tag: str) -> list[pathlib.Path]:
-  """The paper's Figure 1, one PNG per panel: time to generate n_tokens, tokens per loop / (K+1), and time per
-  loop, against K."""
+  """The paper's Figure 1, one PNG per panel against K: time to generate n_tokens, tokens per loop / (K+1),
+  and time per loop."""
   try:
     import matplotlib
     matplotlib.use("Agg")  # files only, no window
@@ -230,7 +319,8 @@ def plot(rows: list[dict], header: str, n_tokens: int, out: pathlib.Path, tag: s
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path := out / f"{tag}-{name}.png", dpi=100)
+    path = out / f"{tag}-{name}.png"
+    fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
 
@@ -243,14 +333,17 @@ def plot(rows: list[dict], header: str, n_tokens: int, out: pathlib.Path, tag: s
 
   fig, ax = plt.subplots(figsize=(6.4, 4.6))
   per_slot = [np.array(r["tokens_per_loop"]) / (r["K"] + 1) for r in rows]
-  ax.errorbar(Ks, [s.mean() for s in per_slot], [s.std() for s in per_slot], marker="o", capsize=3, label="measured")
+  ax.errorbar(Ks, [s.mean() for s in per_slot], [s.std() for s in per_slot], marker="o", capsize=3,
+              label="measured")
   ax.plot(Ks, [expected_tokens_per_loop(r["alpha"], r["K"]) / (r["K"] + 1) for r in rows], "k--",
           label="expected from α̂: (1 − α̂^(K+1)) / ((1 − α̂)(K + 1))")
-  paths.append(save(fig, ax, "Tokens per loop / (K + 1)", "mean tokens per target call / (K + 1)", "accepted"))
+  ylabel = "mean tokens per target call / (K + 1)"
+  paths.append(save(fig, ax, "Tokens per loop / (K + 1)", ylabel, "accepted"))
 
   fig, ax = plt.subplots(figsize=(6.4, 4.6))
-  for key, label in (("loop_seconds", "whole loop"), ("target_seconds_per_loop", "target call (K + 1 tokens)"),
-                     ("draft_seconds_per_loop", "K draft calls")):
+  curves = (("loop_seconds", "whole loop"), ("target_seconds_per_loop", "target call (K + 1 tokens)"),
+            ("draft_seconds_per_loop", "K draft calls"))
+  for key, label in curves:
     errorbar(ax, key, label, scale=1e3)
   paths.append(save(fig, ax, "Time per loop", "milliseconds (mean ± sd over prompts)", "loop"))
   return paths
@@ -258,35 +351,47 @@ def plot(rows: list[dict], header: str, n_tokens: int, out: pathlib.Path, tag: s
 # ***** command line *****
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-  ap = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
-                               epilog=__doc__.split("\n", 1)[1])
+  """The command line's settings; --help shows them, with this module's docstring as the epilog."""
+  doc_first, doc_rest = __doc__.split("\n", 1)
+  ap = argparse.ArgumentParser(description=doc_first, epilog=doc_rest,
+                               formatter_class=argparse.RawDescriptionHelpFormatter)
   ap.add_argument("--target", default="gpt2-xl",
                   help="target model q: gpt2, gpt2-medium, gpt2-large, gpt2-xl or a checkpoint folder")
   ap.add_argument("--draft", default="gpt2", help="draft model p, as for --target; or ngram (prompt lookup)")
-  ap.add_argument("--ngram-max", type=int, default=3, help="with --draft ngram: the longest n-gram to match (default 3)")
-  ap.add_argument("--random", action="store_true", help="random weights with the shapes of --target and --draft "
-                  "(a preset, or n_layer,n_head,n_embd); α̂ is then not GPT-2's")
+  ap.add_argument("--ngram-max", type=int, default=3, help="with --draft ngram: the longest n-gram to match")
+  ap.add_argument("--random", action="store_true", help="random weights with the shapes of --target and "
+                  "--draft (a preset, or n_layer,n_head,n_embd); α̂ is then not GPT-2's")
   ap.add_argument("-K", "--lookahead", type=int, default=4, help="draft tokens per loop (default 4)")
   ap.add_argument("--sweep", help="comma-separated K values: one row each, and Figure 1 as PNGs")
-  ap.add_argument("--max-new-tokens", type=int, default=64, help="tokens per prompt (default 64; the paper used 128)")
-  ap.add_argument("--prompts", type=int, default=4,
-                  help=f"how many prompts (default 4), each cut to {PROMPT_LEN} tokens; prompt i uses seed i")
-  ap.add_argument("--prompt", help="your own prompt, used whole (--prompts times, seeds 0, 1, ...)")
+  ap.add_argument("--max-new-tokens", type=int, default=64,
+                  help="tokens per prompt (default 64; the paper: 128)")
+  ap.add_argument("--prompts", type=int, default=4, help=f"how many prompts (default 4), the built-in ones "
+                  f"cut to {PROMPT_LEN} tokens; prompt i uses seed i")
+  ap.add_argument("--prompt", help="your own prompt, used whole: --prompts times, with seeds 0, 1, ...")
   ap.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1.0)")
   ap.add_argument("--greedy", action="store_true", help="temperature 0: the argmax at every step")
-  ap.add_argument("--scoring", action="store_true", help="only time one target call of T = 1..8 tokens: total, host "
-                  "part, and against T = 1")
-  ap.add_argument("--bandwidth", type=float, help="the device's memory bandwidth in GB/s for the floor "
-                  "(default: measured with one read of 1 GiB)")
-  ap.add_argument("--vs-hf", action="store_true", help="also run transformers' assisted generation (greedy, K from -K)"
-                  " and print the tokens/s ratio")
+  ap.add_argument("--scoring", action="store_true", help=f"only time one target call of T = {SCORING_T[0]}.."
+                  f"{SCORING_T[-1]} tokens: in total, its host part, and against T = 1")
+  ap.add_argument("--bandwidth", type=float, help="the device's memory bandwidth in GB/s, for the floor "
+                  "(default: measured with a sum over 1 GiB; not on DEV=NULL)")
+  ap.add_argument("--vs-hf", action="store_true", help="also run transformers' assisted generation "
+                  "(greedy, K from -K) and print the tokens/s ratio")
   ap.add_argument("--tokenizer", help="folder with GPT-2's encoder.json and vocab.bpe "
                   f"(default: {SHARED_TOKENIZER} if present, else tiktoken's)")
-  ap.add_argument("--out", default="bench_out", help="folder for the JSON results and PNG plots (default bench_out)")
+  ap.add_argument("--out", default="bench_out", help="folder for the JSON results and the PNG plots")
   return ap.parse_args(argv)
 
+def parse_sweep(args: argparse.Namespace) -> list[int]:
+  """The K values to measure: --sweep's, or -K alone."""
+  if not args.sweep:
+    return [args.lookahead]
+  try:
+    return [int(k) for k in args.sweep.split(",")]
+  except ValueError:
+    raise ValueError(f"--sweep is '{args.sweep}': give comma-separated K values such as 1,2,4.") from None
+
 def check(args: argparse.Namespace, Ks: list[int]) -> Sampling:
-  """Refuse bad settings with one sentence before any model loads; the sampling settings."""
+  """Refuse bad settings with one sentence each, before any model loads; return the sampling settings."""
   sampling = Sampling(0.0 if args.greedy else args.temperature)
   if min(Ks) < 1:
     raise ValueError(f"K (the lookahead) is {min(Ks)}: it must be at least 1.")
@@ -294,72 +399,116 @@ def check(args: argparse.Namespace, Ks: list[int]) -> Sampling:
     raise ValueError(f"max-new-tokens is {args.max_new_tokens}: it must be at least 1.")
   if args.prompts < 1:
     raise ValueError(f"--prompts is {args.prompts}: it must be at least 1.")
+  if args.prompt == "":
+    raise ValueError("The prompt is empty: give some text to continue.")
+  if args.bandwidth is not None and not args.bandwidth > 0:
+    raise ValueError(f"--bandwidth is {args.bandwidth}: give the device's bandwidth in GB/s, more than 0.")
   if args.vs_hf and args.draft == "ngram":
     raise ValueError("--vs-hf compares two models: give a draft model, not ngram.")
+  if args.draft == "ngram":
+    NgramDraft(args.ngram_max)
   return sampling
 
-def scoring(args: argparse.Namespace, target: GPT2, sampling: Sampling, kind: str) -> None:
-  cost = scoring_cost(target, range(1, 9), 7, sampling)
-  print(f"device {machine()}, target {args.target}{kind}: one call of T tokens with its probabilities copied to "
-        f"the host, median of 7")
-  print("  T   total ms   host ms   t(T)/t(1)")
-  for T, (t, host) in cost.items():
-    print(f"{T:>3}  {1e3 * t:>9.3f}  {1e3 * host:>8.3f}  {t / cost[1][0]:>10.2f}")
-
-def run(args: argparse.Namespace) -> None:
-  Ks = [int(k) for k in args.sweep.split(",")] if args.sweep else [args.lookahead]
-  sampling = check(args, Ks)
-  target, draft = load_models(args)
+def describe(args: argparse.Namespace) -> str:
+  """The target and the draft, as the output's header names them."""
   kind = " (random weights: the costs are real, α̂ is not GPT-2's)" if args.random else ""
-  if args.scoring:
-    return scoring(args, target, sampling, kind)
+  return f"target {args.target}, draft {args.draft}{kind}"
+
+def run_scoring(args: argparse.Namespace, sampling: Sampling) -> None:
+  """--scoring: the time of one target call per T, its host part, t(T)/t(1), and t(1) against the floor."""
+  target = load_target(args)
+  cost = scoring_cost(target, SCORING_T, SCORING_REPS, sampling)
+  kind = " (random weights)" if args.random else ""
+  print(f"\ndevice {machine()}\ntarget {args.target}{kind}: one call of T tokens with a Sampling head, then "
+        f"its probabilities copied to the host; median of {SCORING_REPS}")
+  print("  T   total ms    host ms   host share   t(T)/t(1)")
+  for T, (t, host) in cost.items():
+    print(f"{T:>3}  {1e3 * t:>9.3f}  {1e3 * host:>9.3f}  {100 * host / t:>10.0f}%  {t / cost[1][0]:>10.2f}")
+  print("host: the time until model(...) returns, before .numpy(). On an asynchronous device (CUDA, Metal)\n"
+        "that is the host work, the kernels being only queued; on the CPU backend they run inside the call.")
+  target_bytes = model_bytes(target)
+  bandwidth, source = find_bandwidth(args.bandwidth)
+  print(f"\nweights read per call: target {target_bytes / 1e9:.3f} GB")
+  timings = {"one call of T = 1 (Algorithm 1's step)": 1e3 * cost[1][0]}
+  print("\n".join(floor_lines(target_bytes, bandwidth, source, timings)))
+
+def setting(sampling: Sampling) -> str:
+  """The sampling settings in words."""
+  return "greedy" if sampling.temperature == 0 else f"temperature {sampling.temperature:g}"
+
+def print_report(args: argparse.Namespace, rows: list[dict], sizes: tuple[int, int], sampling: Sampling,
+                 prompts: list[list[int]], source: str, load: tuple[float, float]) -> None:
+  """The table mode's output: what ran where, the bytes read per token, the table and what explains it."""
+  lengths = ", ".join(str(n) for n in sorted({len(p) for p in prompts}))
+  print(f"\ndevice {machine()}\n{describe(args)}\n{setting(sampling)}; {len(prompts)} prompts of {lengths} "
+        f"tokens ({source}) × {args.max_new_tokens} new tokens, seeds 0..{len(prompts) - 1}\n"
+        f"load average {load[0]:.1f} before, {load[1]:.1f} after")
+  print(textwrap.fill(bytes_line(rows, *sizes), 110) + "\n")
+  print(table(rows))
+  print("\n" + textwrap.fill(LEGEND, 110))
+  print("\n" + textwrap.fill(at_real_alpha(rows), 110))
+
+def print_floor(args: argparse.Namespace, rows: list[dict], target_bytes: int) -> float | None:
+  """Algorithm 1 and Algorithm 2 per token against the memory-bandwidth floor; the bandwidth (bytes/s)."""
+  bandwidth, source = find_bandwidth(args.bandwidth)
+  timings = {"Algorithm 1 per token": statistics.mean(r["alg1_ms_per_token"] for r in rows)}
+  timings |= {f"Algorithm 2 per token, K={r['K']}": r["alg2_ms_per_token"] for r in rows}
+  print("\n" + "\n".join(floor_lines(target_bytes, bandwidth, source, timings)))
+  return bandwidth
+
+def run_table(args: argparse.Namespace, Ks: list[int], sampling: Sampling) -> None:
+  """The table mode: Algorithm 1 against Algorithm 2 per K, the floor, the JSON results, and the plots."""
+  target, draft = load_target(args), load_draft(args)
   prompts, source = prompt_set(args, target.config.vocab_size)
+  sizes = model_bytes(target), model_bytes(draft) if isinstance(draft, GPT2) else 0
   out = pathlib.Path(args.out)
   out.mkdir(parents=True, exist_ok=True)
-  tag = "greedy" if sampling.temperature == 0 else f"t{sampling.temperature:g}"
-  setting = "greedy" if sampling.temperature == 0 else f"temperature {sampling.temperature:g}"
-  header = f"target {args.target}, draft {args.draft}{' (random weights)' if args.random else ''}; {setting}; {Device.DEFAULT}"
-  load = os.getloadavg()
+  load_before = os.getloadavg()[0]
   bar = tqdm(total=len(Ks) * len(prompts), desc="runs (K values × prompts)")
-  rows = [measure_k(target, draft, prompts, args.max_new_tokens, K, sampling, bar) for K in Ks]
+  rows = [summarize(K, run_pairs(target, draft, prompts, args.max_new_tokens, K, sampling, bar)) for K in Ks]
   bar.update(close=True)
-  print(f"\ndevice {machine()}\ntarget {args.target}, draft {args.draft}{kind}\n{setting}; {len(prompts)} prompts of "
-        f"{', '.join(str(n) for n in sorted({len(p) for p in prompts}))} tokens ({source}) × {args.max_new_tokens} new "
-        f"tokens, seeds 0..{len(prompts) - 1}; load average {load[0]:.1f} before, {os.getloadavg()[0]:.1f} after\n")
-  print(table(rows))
-  print("\npredicted: (1 − α̂^(K+1)) / ((1 − α̂)(Kc + 1)) from the measured α̂ and c (K: the mean drafted per call). "
-        "t(K+1)/t(1): Algorithm 2's mean target call against Algorithm 1's (the paper assumes about 1; a run's first "
-        "call also reads the prompt). ms/round: Algorithm 2's time per target call, drafting and draws included "
-        "(on DEV=NULL: the host work of a round). outside calls: Algorithm 2's time outside the models' calls, in the "
-        "draws, the accept/reject test and the bookkeeping.")
-  print(f"\nat α = {ALPHA_REAL} (what real GPT-2 pairs are expected to reach), the same costs (c, and t(K+1)/t(1) as "
-        "measured) predict: " + ", ".join(f"K={r['K']} {r['predicted_at_real_alpha'] / r['scoring_ratio']:.2f}x"
-                                            for r in rows))
-  bandwidth = args.bandwidth * 1e9 if args.bandwidth else None if Device.DEFAULT == "NULL" else measure_bandwidth()
-  draft_bytes = model_bytes(draft) if isinstance(draft, GPT2) else 0
-  print("\n" + floor_report(rows, model_bytes(target), draft_bytes, bandwidth))
+  load = (load_before, os.getloadavg()[0])
+  print_report(args, rows, sizes, sampling, prompts, source, load)
+  bandwidth = print_floor(args, rows, sizes[0])
   results = {"device": machine(), "target": args.target, "draft": args.draft, "random_weights": args.random,
              "temperature": sampling.temperature, "prompts": prompts, "max_new_tokens": args.max_new_tokens,
-             "load_average": [load, os.getloadavg()], "bandwidth": bandwidth, "rows": rows}
+             "load_average": load, "target_bytes": sizes[0], "draft_bytes": sizes[1], "bandwidth": bandwidth,
+             "rows": rows}
+  tag = "greedy" if sampling.temperature == 0 else f"t{sampling.temperature:g}"
   if args.sweep:
+    header = f"{describe(args)}; {setting(sampling)}; {Device.DEFAULT}"
     print("plots:", *plot(rows, header, args.max_new_tokens, out, tag))
   if args.vs_hf:
     results["vs_hf"] = compare_with_hf(args, target, draft, prompts)
-  (json_path := out / f"{tag}.json").write_text(json.dumps(results, indent=1))
+  json_path = out / f"{tag}.json"
+  json_path.write_text(json.dumps(results, indent=1))
   print("results:", json_path)
 
-def compare_with_hf(args: argparse.Namespace, target: GPT2, draft: GPT2, prompts: list[list[int]]) -> dict:
-  with tempfile.TemporaryDirectory() as tmp:  # random weights reach transformers as a checkpoint folder, as real ones
+def compare_with_hf(args: argparse.Namespace, target: GPT2, draft: GPT2,
+                    prompts: list[list[int]]) -> dict:
+  """--vs-hf: the same checkpoints (random weights saved as one) through transformers; print the ratio."""
+  with tempfile.TemporaryDirectory() as tmp:
     if args.random:
-      folders = (str(save_model(target, pathlib.Path(tmp) / "target")), str(save_model(draft, pathlib.Path(tmp) / "draft")))
+      folders = (str(save_model(target, pathlib.Path(tmp) / "target")),
+                 str(save_model(draft, pathlib.Path(tmp) / "draft")))
     else:
       folders = (str(checkpoint_dir(args.target)), str(checkpoint_dir(args.draft)))
     hf = vs_hf(target, draft, folders, prompts, args.max_new_tokens, args.lookahead)
   print(f"\nvs Hugging Face assisted generation (greedy, K={args.lookahead}, same checkpoints): "
-        f"{hf['ours_tokens_per_second']:.1f} tokens/s here, {hf['hf_tokens_per_second']:.1f} with transformers "
+        f"{hf['ours_tokens_per_second']:.1f} tokens/s here, "
+        f"{hf['hf_tokens_per_second']:.1f} with transformers "
         f"({hf['torch_threads']} torch threads; OMP_NUM_THREADS sets them): ratio {hf['ratio']:.2f}; "
         f"same tokens on {hf['same_tokens']} of {len(prompts)} prompts")
   return hf
+
+def run(args: argparse.Namespace) -> None:
+  """Check the settings, then run --scoring or the table."""
+  Ks = parse_sweep(args)
+  sampling = check(args, Ks)
+  if args.scoring:
+    run_scoring(args, sampling)
+  else:
+    run_table(args, Ks, sampling)
 
 if __name__ == "__main__":
   sys.exit(main(run, parse_args()))

@@ -1,42 +1,75 @@
-"""bench.py runs as a user runs it, on tiny checkpoints: its table, its plots and its JSON. (It times nothing for the tests.)"""
-import json, subprocess
+"""bench.py runs as a user runs it, on tiny models: its table, its plots, its JSON and its --scoring output.
+
+The tests check what is printed and written, never a timing value: the machine running them may be busy.
+"""
+import json, re, subprocess
 import pytest
 from tiny import TOKENIZER_DIR, run_script, write_checkpoint
-
-SHAPE = dict(n_layer=1, n_head=2, n_embd=16, vocab_size=64, n_ctx=64)
 
 def bench(*args: str) -> subprocess.CompletedProcess:
   return run_script("bench.py", *args)
 
+def table_rows(stdout: str) -> list[list[str]]:
+  """The table's rows split into cells: the lines after its header (with meas/pred) up to a blank one."""
+  lines = stdout.splitlines()
+  start = next(i for i, line in enumerate(lines) if "meas/pred" in line) + 1
+  end = next((i for i in range(start, len(lines)) if not lines[i].strip()), len(lines))
+  return [line.split() for line in lines[start:end]]
+
 def test_sweep_prints_the_table_and_writes_plots_and_json(tmp_path):
-  pytest.importorskip("matplotlib", reason="--sweep draws with matplotlib: pip install -r requirements-dev.txt")
-  target, draft = write_checkpoint(tmp_path / "target", seed=1, **SHAPE), write_checkpoint(tmp_path / "draft", seed=2, **SHAPE)
-  out = bench("--target", str(target), "--draft", str(draft), "--sweep", "1,2", "--max-new-tokens", "6", "--prompts", "2",
-              "--out", str(tmp_path / "out"))
+  pytest.importorskip("matplotlib", reason="--sweep draws with matplotlib: see requirements-dev.txt")
+  shape = dict(n_layer=1, n_head=2, n_embd=16, vocab_size=64, n_ctx=64)
+  target = write_checkpoint(tmp_path / "target", seed=1, **shape)
+  draft = write_checkpoint(tmp_path / "draft", seed=2, **shape)
+  out = bench("--target", str(target), "--draft", str(draft), "--sweep", "1,2", "--max-new-tokens", "6",
+              "--prompts", "2", "--bandwidth", "10", "--out", str(tmp_path / "out"))
   assert out.returncode == 0, out.stderr
-  rows = [l for l in out.stdout.splitlines() if l.strip().startswith(("1 ", "2 "))]
-  assert "meas/pred" in out.stdout and "ms/round" in out.stdout and len(rows) == 2
-  assert "at α = 0.8" in out.stdout and "memory-bandwidth floor" in out.stdout and "Bytes read per token" in out.stdout
-  results = json.loads(next((tmp_path / "out").glob("*.json")).read_text())
-  assert [r["K"] for r in results["rows"]] == [1, 2] and len(list((tmp_path / "out").glob("*.png"))) == 3
+  assert [row[0] for row in table_rows(out.stdout)] == ["1", "2"]
+  results = json.loads((tmp_path / "out" / "t1.json").read_text())
+  assert [row["K"] for row in results["rows"]] == [1, 2] and results["bandwidth"] == 10e9
+  assert len(list((tmp_path / "out").glob("*.png"))) == 3
 
-def test_scoring_prints_total_host_and_ratio_per_T(tmp_path):
-  target = write_checkpoint(tmp_path / "target", **SHAPE)
-  out = bench("--target", str(target), "--draft", str(target), "--scoring")
+def test_table_has_ms_per_round_the_alpha_line_and_the_floor(tmp_path):
+  out = bench("--random", "--target", "1,2,16", "--draft", "1,1,8", "-K", "2", "--max-new-tokens", "4",
+              "--prompts", "1", "--greedy", "--bandwidth", "100", "--out", str(tmp_path))
   assert out.returncode == 0, out.stderr
-  assert "T   total ms   host ms   t(T)/t(1)" in out.stdout
-  rows = [l.split() for l in out.stdout.splitlines() if l.split() and l.split()[0].isdigit()]
-  assert [int(r[0]) for r in rows] == list(range(1, 9)) and rows[0][3] == "1.00"
+  lines = out.stdout.splitlines()
+  header = next(i for i, line in enumerate(lines) if "meas/pred" in line)
+  assert "ms/round" in lines[header] and [row[0] for row in table_rows(out.stdout)] == ["2"]
+  end = lines[header].index("ms/round") + len("ms/round")  # the columns are right-aligned under their headers
+  assert re.fullmatch(r"\d+\.\d\d", lines[header + 1][:end].split()[-1])
+  assert re.search(r"predicted at α = 0\.8 .*K=2 \d+\.\d\dx", out.stdout, re.S)
+  assert "memory-bandwidth floor" in out.stdout
+  assert re.search(r"Algorithm 1 per token: .*x the floor", out.stdout)
+  assert "runs (K values × prompts)" in out.stderr
 
-def test_ngram_draft_on_a_prompt_of_ones_own(tmp_path):
-  if not TOKENIZER_DIR.is_dir():
-    pytest.skip(f"the GPT-2 tokenizer files are not in {TOKENIZER_DIR}")
-  target = write_checkpoint(tmp_path / "target", **{**SHAPE, "vocab_size": 50257})
-  out = bench("--target", str(target), "--draft", "ngram", "--greedy", "--prompt", "one two one two one two one two",
-              "--prompts", "1", "--max-new-tokens", "8", "--out", str(tmp_path / "out"), "--tokenizer", str(TOKENIZER_DIR))
+def test_scoring_prints_total_host_and_ratio_per_T():
+  out = bench("--random", "--target", "1,2,16", "--scoring")
   assert out.returncode == 0, out.stderr
-  assert "draft ngram" in out.stdout and "your prompt" in out.stdout
+  lines = out.stdout.splitlines()
+  header = next(i for i, line in enumerate(lines) if "total ms" in line)
+  assert lines[header].split() == ["T", "total", "ms", "host", "ms", "host", "share", "t(T)/t(1)"]
+  rows = [line.split() for line in lines[header + 1:header + 9]]
+  assert [row[0] for row in rows] == [str(T) for T in range(1, 9)]
+  assert all(re.fullmatch(r"\d+\.\d{3}", row[1]) and re.fullmatch(r"\d+\.\d{3}", row[2]) for row in rows)
+  assert rows[0][4] == "1.00" and all(re.fullmatch(r"\d+\.\d\d", row[4]) for row in rows)
+  assert "memory-bandwidth floor" in out.stdout and "x the floor" in out.stdout  # the bandwidth, measured
 
-def test_bad_shape_gets_one_sentence_and_exit_2():
-  out = bench("--random", "--target", "2,3,16", "--draft", "1,2,8")
-  assert out.returncode == 2 and "not a multiple of n_head" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+@pytest.mark.skipif(not TOKENIZER_DIR.is_dir(), reason=f"--prompt needs GPT-2's tokenizer in {TOKENIZER_DIR}")
+def test_own_prompt_is_used_whole(tmp_path):
+  prompt = "one two three one two three one two three one two"
+  out = bench("--random", "--target", "1,2,16", "--draft", "ngram", "--greedy", "--prompt", prompt,
+              "--prompts", "2", "--max-new-tokens", "4", "--bandwidth", "100",
+              "--tokenizer", str(TOKENIZER_DIR), "--out", str(tmp_path))
+  assert out.returncode == 0, out.stderr
+  results = json.loads((tmp_path / "greedy.json").read_text())
+  assert len(results["prompts"]) == 2 and results["prompts"][0] == results["prompts"][1]
+  assert len(results["prompts"][0]) > 8  # whole, not cut to the built-in prompts' 8 tokens
+
+def test_bad_settings_get_one_sentence_and_exit_2():
+  cases = [(["--random", "--target", "2,3,16", "--draft", "1,2,8"], "not a multiple of n_head"),
+           (["-K", "0"], "K (the lookahead) is 0"), (["--max-new-tokens", "0"], "max-new-tokens is 0"),
+           (["--bandwidth", "0"], "--bandwidth is 0"), (["--sweep", "1,x"], "--sweep is '1,x'")]
+  for args, message in cases:
+    out = bench(*args)
+    assert out.returncode == 2 and message in out.stderr and len(out.stderr.strip().splitlines()) == 1, args
