@@ -7,7 +7,8 @@
 Downloads come from $HF_ENDPOINT (default https://huggingface.co) into $XDG_CACHE_HOME/tinyspec (default ~/.cache/tinyspec).
 """
 from __future__ import annotations
-import hashlib, json, os, pathlib, tempfile, urllib.error, urllib.request
+import contextlib, hashlib, http.client, json, os, pathlib, urllib.error, urllib.request
+from typing import Iterator
 import tiktoken
 from tinygrad import Tensor, dtypes
 from tinygrad.dtype import DType
@@ -36,30 +37,82 @@ class _HubRedirects(urllib.request.HTTPRedirectHandler):
     return super().redirect_request(req, fp, code, msg, headers, newurl)
 
 def download(url: str, dest: pathlib.Path) -> None:
-  """Download url to dest with a progress bar; check its size and announced sha256, then move it in place atomically."""
-  redirects = _HubRedirects()
+  """Download url to dest with a progress bar, resuming an interrupted download; check its size and announced sha256.
+
+  The bytes go to dest + ".incomplete" first, renamed to dest only once whole and verified, so nothing half-written
+  is ever loaded. An interrupted download (a cut connection, a killed process) keeps that partial file, and the next
+  attempt continues from its end with an HTTP Range request; a wrong sha256 deletes it.
+  """
   try:
-    with urllib.request.build_opener(redirects).open(url, timeout=30) as r:
-      size, sha256 = int(r.headers.get("Content-Length", 0)), r.headers.get("X-Linked-Etag", redirects.linked_etag)
-      dest.parent.mkdir(parents=True, exist_ok=True)
-      h, bar = hashlib.sha256(), tqdm(total=size, unit="B", unit_scale=True, desc=f"{dest.parent.name}/{dest.name}", disable=None)
-      with tempfile.NamedTemporaryFile(dir=dest.parent, prefix=f".{dest.name}.", delete=False) as f:
-        try:
-          while chunk := r.read(1 << 20): h.update(chunk); bar.update(f.write(chunk))
-          f.close()
-          if size and (got := os.path.getsize(f.name)) != size:
-            raise LoadError(f"The download of {url} was cut short ({got} of {size} bytes); run the command again to retry.")
-          if sha256 and h.hexdigest() != (want := sha256.strip('"').removeprefix("W/").strip('"')):
-            raise LoadError(f"The download of {url} is corrupt (sha256 {h.hexdigest()}, the server announced {want}); run the command again to retry.")
-          os.replace(f.name, dest)
-          bar.update(close=True)
-        finally:
-          if os.path.exists(f.name): os.unlink(f.name)  # a failed download leaves nothing behind
+    fetch(url, dest)
   except urllib.error.HTTPError as e:
     raise LoadError(f"The server answered {e.code} {e.reason} for {url}; check the model name and HF_ENDPOINT.") from None
-  except (urllib.error.URLError, OSError) as e:
-    raise LoadError(f"Could not download {url} ({getattr(e, 'reason', e)}): with no network, put config.json and model.safetensors "
-                    f"from huggingface.co/openai-community/<name> in a folder and pass that folder instead of the name.") from None
+  except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
+    raise LoadError(f"Could not download {url} ({getattr(e, 'reason', e) or type(e).__name__}): with no network, put "
+                    "config.json and model.safetensors from huggingface.co/openai-community/<name> in a folder and "
+                    "pass that folder instead of the name.") from None
+
+@contextlib.contextmanager
+def folder_lock(folder: pathlib.Path) -> Iterator[None]:
+  """Hold an exclusive lock on a folder (fcntl.flock on the folder itself, so no lock file is left behind).
+
+  Linux and macOS have fcntl. Windows does not, and there nothing is locked: two processes that download the same
+  model at once may then both write its partial file, and one of them ends with a sha256 error; run it again.
+  """
+  try:
+    import fcntl
+  except ImportError:
+    yield
+    return
+  fd = os.open(folder, os.O_RDONLY)
+  try:
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    yield
+  finally:
+    os.close(fd)  # closing the descriptor releases the lock
+
+def fetch(url: str, dest: pathlib.Path) -> None:
+  """One attempt at download(): resume dest's partial file, append the rest, verify, and move it in place."""
+  partial = dest.with_name(dest.name + ".incomplete")
+  have = partial.stat().st_size if partial.is_file() else 0
+  redirects = _HubRedirects()  # urllib carries the Range header through the Hub's redirect to its file storage
+  request = urllib.request.Request(url, headers={"Range": f"bytes={have}-"} if have else {})
+  try:
+    response = urllib.request.build_opener(redirects).open(request, timeout=30)
+  except urllib.error.HTTPError as e:
+    if e.code != 416 or not have:
+      raise
+    partial.unlink()  # 416: the partial file is not a prefix of this file (it is as long or longer): start over
+    return fetch(url, dest)
+  dest.parent.mkdir(parents=True, exist_ok=True)
+  with response:
+    if response.status != 206:
+      have = 0  # the server ignored the Range and sends the whole file: start over
+    size = have + int(response.headers.get("Content-Length", 0))
+    sha256 = response.headers.get("X-Linked-Etag", redirects.linked_etag)
+    h = hash_file(partial) if have else hashlib.sha256()  # the sha256 covers the whole file, resumed part included
+    bar = tqdm(total=size, unit="B", unit_scale=True, desc=f"{dest.parent.name}/{dest.name}", disable=None)
+    bar.update(have)  # the progress bar starts from the bytes already on disk
+    with open(partial, "ab" if have else "wb") as f:
+      while chunk := response.read(1 << 20):
+        h.update(chunk)
+        bar.update(f.write(chunk))
+  if size and (got := partial.stat().st_size) != size:  # the partial file stays for the next attempt
+    raise LoadError(f"The download of {url} was cut short ({got} of {size} bytes); run the command again to resume it.")
+  if sha256 and h.hexdigest() != (want := sha256.strip('"').removeprefix("W/").strip('"')):
+    partial.unlink()
+    raise LoadError(f"The download of {url} is corrupt (sha256 {h.hexdigest()}, the server announced {want}); "
+                    "run the command again to retry.")
+  os.replace(partial, dest)
+  bar.update(close=True)
+
+def hash_file(path: pathlib.Path) -> hashlib._Hash:
+  """The running sha256 of a file's bytes, to continue with the bytes still to come."""
+  h = hashlib.sha256()
+  with open(path, "rb") as f:
+    while chunk := f.read(1 << 20):
+      h.update(chunk)
+  return h
 
 def checkpoint_dir(name_or_dir: str) -> pathlib.Path:
   """A local checkpoint folder as it is, or a preset name's cache folder, downloading what it lacks."""
@@ -69,10 +122,17 @@ def checkpoint_dir(name_or_dir: str) -> pathlib.Path:
       raise LoadError(f"{folder} is not a GPT-2 checkpoint folder: it has no {' or '.join(missing)}.")
     return folder
   if name_or_dir not in PRESETS:
-    raise LoadError(f"Unknown model '{name_or_dir}': use one of {', '.join(PRESETS)}, or a folder holding {' and '.join(FILES)}.")
+    if os.sep in name_or_dir or "/" in name_or_dir or name_or_dir.startswith((".", "~")):
+      raise LoadError(f"The folder {name_or_dir} does not exist: give the path of a folder holding "
+                      f"{' and '.join(FILES)}, or a model name ({', '.join(PRESETS)}).")
+    raise LoadError(f"Unknown model '{name_or_dir}': use one of {', '.join(PRESETS)}, "
+                    f"or a folder holding {' and '.join(FILES)}.")
   folder, endpoint = cache_dir() / name_or_dir, os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
-  for f in FILES:
-    if not (folder / f).is_file(): download(f"{endpoint}/openai-community/{name_or_dir}/resolve/main/{f}", folder / f)
+  cache_dir().mkdir(parents=True, exist_ok=True)
+  with folder_lock(cache_dir()):  # two processes loading at once take turns: the second finds the files complete
+    for f in FILES:
+      if not (folder / f).is_file():
+        download(f"{endpoint}/openai-community/{name_or_dir}/resolve/main/{f}", folder / f)
   return folder
 
 def read_config(folder: pathlib.Path) -> GPT2Config:
@@ -103,15 +163,37 @@ def load_model(name_or_dir: str, dtype: DType = dtypes.float32) -> GPT2:
   """
   folder = checkpoint_dir(name_or_dir)
   model = GPT2(read_config(folder))
-  try: state = hf_to_tinyspec(safe_load(folder / "model.safetensors"), dtype)
-  except Exception as e: raise LoadError(f"Cannot read {folder / 'model.safetensors'} ({type(e).__name__}); delete it and fetch it again.") from None
+  path = folder / "model.safetensors"
+  check_safetensors(path)
+  try:
+    state = hf_to_tinyspec(safe_load(path), dtype)
+  except Exception as e:
+    raise LoadError(f"Cannot read {path} ({type(e).__name__}); delete it and fetch it again.") from None
   expected = {k: v.shape for k, v in get_state_dict(model).items()}
   for k in expected.keys() | state.keys():
     if k not in state or k not in expected or state[k].shape != expected[k]:
-      raise LoadError(f"{folder} does not match its config.json: tensor {k} is {state[k].shape if k in state else 'missing'}, "
-                      f"the config needs {expected.get(k, 'no such tensor')}.")
+      raise LoadError(f"{folder} does not match its config.json: tensor {k} is "
+                      f"{state[k].shape if k in state else 'missing'}, the config needs {expected.get(k, 'no such tensor')}.")
   load_state_dict(model, state, verbose=False)
   return model
+
+def check_safetensors(path: pathlib.Path) -> None:
+  """Refuse a file that is not a whole safetensors file, saying what is wrong: its size against the size its header
+  promises (8 bytes of header length, a JSON header, then the data up to the largest data offset)."""
+  size = path.stat().st_size
+  with open(path, "rb") as f:
+    n = int.from_bytes(f.read(8), "little")
+    try:
+      header = json.loads(f.read(n)) if 8 <= 8 + n <= size else None
+      promised = 8 + n + max(v["data_offsets"][1] for k, v in header.items() if k != "__metadata__")
+    except (ValueError, TypeError, KeyError, AttributeError):
+      promised = None
+  if promised is None:
+    raise LoadError(f"Cannot read {path}: its {size:,} bytes hold no safetensors header (the file is cut short or "
+                    "is not a checkpoint); delete it and fetch it again.")
+  if promised != size:
+    raise LoadError(f"Cannot read {path}: it is {size:,} bytes but its header promises {promised:,}, so it is "
+                    f"{'cut short' if size < promised else 'damaged'}; delete it and fetch it again.")
 
 def save_model(model: GPT2, folder: str | pathlib.Path) -> pathlib.Path:
   """Write a model as a Hugging Face checkpoint (config.json, model.safetensors in float32): load_model's inverse."""

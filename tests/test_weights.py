@@ -1,6 +1,6 @@
 """weights.py: downloads from a real local HTTP server in the Hub's layout, the cache, offline use, and one-sentence LoadErrors."""
 from __future__ import annotations
-import hashlib, json, os, shutil, socket, threading
+import hashlib, json, os, shutil, signal, socket, subprocess, sys, threading, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import numpy as np, pytest
 import tiktoken, tiktoken.registry
@@ -40,20 +40,25 @@ def cache(tmp_path, monkeypatch):
   return weights.cache_dir()
 
 class Hub:
-  """Serves {name: folder} as /openai-community/<name>/resolve/main/<file>, counting requests.
+  """Serves {name: folder} as /openai-community/<name>/resolve/main/<file>, recording requests and Range headers.
 
   mode: "direct"   model.safetensors comes with X-Linked-Etag: "<sha256>", as the Hub does for small LFS files
         "redirect" the Hub's real way: a 302 to /cdn/<name>/<file>, the X-Linked-Etag only on the 302
-        "truncate" model.safetensors announces its full Content-Length, sends half, closes the connection
-  bad_sha: announce a wrong sha256 for model.safetensors.
+        "truncate" model.safetensors announces its full length, sends half, closes the connection
+        "stall"    model.safetensors sends half, then hangs until the test ends (for a process to be killed)
+        "no-range" model.safetensors ignores Range headers: always 200 and the whole file
+  Range requests ("bytes=N-") are answered 206 with the rest of the file, as the Hub's file storage does.
+  bad_sha: announce a wrong sha256 for model.safetensors. delay: seconds to pause half-way through a file.
   """
   def __init__(self, repos: dict):
-    self.repos, self.mode, self.bad_sha, self.requests = repos, "direct", False, []
+    self.repos, self.mode, self.bad_sha, self.delay = repos, "direct", False, 0.0
+    self.requests, self.ranges, self.released = [], [], threading.Event()
     hub = self
     class Handler(BaseHTTPRequestHandler):
       def log_message(self, *args): pass
       def do_GET(self): hub.answer(self)
     self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    self.server.daemon_threads = True
     self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
     self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
     self.thread.start()
@@ -64,11 +69,15 @@ class Hub:
   def answer(self, h: BaseHTTPRequestHandler) -> None:
     self.requests.append(h.path)
     parts = h.path.strip("/").split("/")
-    if parts[:1] == ["openai-community"] and parts[2:4] == ["resolve", "main"] and len(parts) == 5: name, file, cdn = parts[1], parts[4], False
-    elif parts[:1] == ["cdn"] and len(parts) == 3: name, file, cdn = parts[1], parts[2], True
-    else: return h.send_error(404)
+    if parts[:1] == ["openai-community"] and parts[2:4] == ["resolve", "main"] and len(parts) == 5:
+      name, file, cdn = parts[1], parts[4], False
+    elif parts[:1] == ["cdn"] and len(parts) == 3:
+      name, file, cdn = parts[1], parts[2], True
+    else:
+      return h.send_error(404)
     path = self.repos[name] / file if name in self.repos else None
-    if path is None or not path.is_file(): return h.send_error(404, "Entry not found")
+    if path is None or not path.is_file():
+      return h.send_error(404, "Entry not found")
     data, lfs = path.read_bytes(), file == "model.safetensors"
     if lfs and self.mode == "redirect" and not cdn:
       h.send_response(302)
@@ -76,15 +85,34 @@ class Hub:
       h.send_header("X-Linked-Etag", self.etag(data))
       h.send_header("Content-Length", "0")
       return h.end_headers()
-    h.send_response(200)
-    h.send_header("Content-Length", str(len(data)))
-    if lfs and self.mode == "direct": h.send_header("X-Linked-Etag", self.etag(data))
+    start = 0
+    if (wanted := h.headers.get("Range")) and lfs:
+      self.ranges.append(wanted)
+      if self.mode != "no-range":
+        start = int(wanted.removeprefix("bytes=").removesuffix("-"))
+        if start >= len(data):
+          return h.send_error(416)
+    h.send_response(206 if start else 200)
+    h.send_header("Content-Length", str(len(data) - start))
+    if lfs and self.mode != "redirect":
+      h.send_header("X-Linked-Etag", self.etag(data))
     h.end_headers()
-    h.wfile.write(data[:len(data) // 2] if lfs and self.mode == "truncate" else data)
+    body, half = data[start:], (len(data) - start) // 2
+    if lfs and self.mode in ("truncate", "stall"):
+      h.wfile.write(body[:half])
+      h.wfile.flush()
+      if self.mode == "stall":
+        self.released.wait(30)
+    else:
+      h.wfile.write(body[:half])
+      time.sleep(self.delay if lfs else 0)
+      h.wfile.write(body[half:])
     h.close_connection = True
 
   def close(self):
-    self.server.shutdown(); self.server.server_close(); self.thread.join()
+    self.released.set()
+    self.server.shutdown()
+    self.server.server_close()
 
 @pytest.fixture
 def hub(checkpoint, cache, monkeypatch):
@@ -110,15 +138,85 @@ def test_download_then_cache(hub, checkpoint, cache, mode):
   load_model("gpt2")
   assert len(hub.requests) == n
 
-def test_cut_short_download_is_refused_and_leaves_nothing(hub, cache):
-  """A response that stops before its Content-Length is refused as cut short; no model.safetensors or temp file stays; a retry works."""
+def test_cut_short_download_is_refused_then_resumed(hub, cache, checkpoint):
+  """A response that stops before its Content-Length is refused as cut short; nothing half-written is loaded, the
+  partial file is the only trace, and the retry asks only for the missing bytes and leaves no partial file."""
   hub.mode = "truncate"
-  with pytest.raises(LoadError, match="cut short") as e: load_model("gpt2")
+  with pytest.raises(LoadError, match="cut short") as e:
+    load_model("gpt2")
   one_sentence(e)
-  assert os.listdir(cache / "gpt2") == ["config.json"]  # the complete, earlier file stays; nothing of the failed one
+  assert sorted(os.listdir(cache / "gpt2")) == ["config.json", "model.safetensors.incomplete"]
+  have = (cache / "gpt2" / "model.safetensors.incomplete").stat().st_size
   hub.mode, n = "direct", len(hub.requests)
   load_model("gpt2")
-  assert hub.requests[n:] == ["/openai-community/gpt2/resolve/main/model.safetensors"]
+  assert hub.requests[n:] == ["/openai-community/gpt2/resolve/main/model.safetensors"] and hub.ranges == [f"bytes={have}-"]
+  assert sorted(os.listdir(cache / "gpt2")) == ["config.json", "model.safetensors"]
+  assert (cache / "gpt2" / "model.safetensors").read_bytes() == (checkpoint / "model.safetensors").read_bytes()
+
+LOAD = "import weights; weights.load_model('gpt2'); print('loaded')"
+
+def loader(hub, cache) -> subprocess.Popen:
+  """A separate Python process that loads gpt2 from the test's Hub into the test's cache."""
+  env = {**os.environ, "HF_ENDPOINT": hub.url, "XDG_CACHE_HOME": str(cache.parent), "DEV": os.environ.get("DEV", "CPU")}
+  for v in PROXY_VARS:
+    env.pop(v, None)
+  return subprocess.Popen([sys.executable, "-c", LOAD], cwd=weights.__file__.rsplit("/", 1)[0], env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+def wait_for(condition, seconds: float = 60) -> None:
+  deadline = time.monotonic() + seconds
+  while not condition():
+    assert time.monotonic() < deadline, "timed out"
+    time.sleep(0.05)
+
+@pytest.mark.parametrize("mode", ["direct", "redirect"])
+def test_killed_download_resumes_with_a_range_request(hub, cache, checkpoint, mode):
+  """A loading process killed mid-download (SIGKILL: no Python cleanup runs) leaves its partial file; the retry
+  continues from its end with a Range request (through the Hub's 302 too), and no partial file remains."""
+  hub.mode = "stall"
+  proc = loader(hub, cache)
+  partial = cache / "gpt2" / "model.safetensors.incomplete"
+  wait_for(lambda: partial.is_file() and partial.stat().st_size > 0)
+  proc.send_signal(signal.SIGKILL)
+  proc.wait(30)
+  have = partial.stat().st_size
+  hub.mode = mode
+  np.testing.assert_array_equal(logits(load_model("gpt2"), TOKENS), logits(load_model(str(checkpoint)), TOKENS))
+  assert hub.ranges == [f"bytes={have}-"] and 0 < have < (checkpoint / "model.safetensors").stat().st_size
+  assert sorted(os.listdir(cache / "gpt2")) == ["config.json", "model.safetensors"]
+
+def test_server_that_ignores_range_starts_over(hub, cache, checkpoint):
+  """If the server answers a Range request with the whole file (200), the download starts over cleanly."""
+  data = (checkpoint / "model.safetensors").read_bytes()
+  (cache / "gpt2").mkdir(parents=True)
+  (cache / "gpt2" / "model.safetensors.incomplete").write_bytes(data[:len(data) // 3])
+  hub.mode = "no-range"
+  load_model("gpt2")
+  assert hub.ranges == [f"bytes={len(data) // 3}-"]
+  assert (cache / "gpt2" / "model.safetensors").read_bytes() == data
+  assert sorted(os.listdir(cache / "gpt2")) == ["config.json", "model.safetensors"]
+
+def test_corrupt_partial_file_is_refused_and_deleted(hub, cache, checkpoint):
+  """A partial file with wrong bytes fails the sha256 of the whole file: refused, deleted; the next run starts over."""
+  (cache / "gpt2").mkdir(parents=True)
+  (cache / "gpt2" / "model.safetensors.incomplete").write_bytes(np.random.default_rng(0).bytes(1000))
+  with pytest.raises(LoadError, match="corrupt") as e:
+    load_model("gpt2")
+  one_sentence(e)
+  assert os.listdir(cache / "gpt2") == ["config.json"]
+  load_model("gpt2")
+  assert (cache / "gpt2" / "model.safetensors").read_bytes() == (checkpoint / "model.safetensors").read_bytes()
+
+def test_two_processes_loading_at_once_download_once(hub, cache, checkpoint):
+  """Two processes loading the same model at once: one downloads while the other waits on the folder's lock, then
+  finds the file complete. Both load it, it is downloaded once, and it is whole."""
+  hub.delay = 1.0  # half-way through the file, so that the two processes overlap
+  procs = [loader(hub, cache) for _ in range(2)]
+  outs = [p.communicate(timeout=120) for p in procs]
+  assert [p.returncode for p in procs] == [0, 0] and all(out.strip() == "loaded" for out, _ in outs), outs
+  assert hub.requests.count("/openai-community/gpt2/resolve/main/model.safetensors") == 1
+  assert (cache / "gpt2" / "model.safetensors").read_bytes() == (checkpoint / "model.safetensors").read_bytes()
+  assert sorted(os.listdir(cache / "gpt2")) == ["config.json", "model.safetensors"]
 
 @pytest.mark.parametrize("mode", ["direct", "redirect"])
 def test_wrong_sha256_is_refused_and_leaves_nothing(hub, cache, mode):
@@ -176,8 +274,13 @@ def test_corrupt_safetensors(checkpoint, tmp_path, damage):
   bad = {"garbage": np.random.default_rng(0).bytes(len(data)), "header cut": data[:40], "data cut": data[:len(data) // 2],
          "one byte short": data[:-1], "empty": b""}[damage]
   (folder / "model.safetensors").write_bytes(bad)
-  with pytest.raises(LoadError, match="Cannot read .*model.safetensors.*fetch it again") as e: load_model(str(folder))
+  with pytest.raises(LoadError, match="Cannot read .*model.safetensors.*fetch it again") as e:
+    load_model(str(folder))
   one_sentence(e)
+  # say what is wrong: the size against what the header promises, or that there is no header at all
+  expected = {"data cut": "cut short", "one byte short": "cut short", "garbage": "no safetensors header",
+              "header cut": "no safetensors header", "empty": "no safetensors header"}[damage]
+  assert expected in str(e.value)
 
 @pytest.mark.parametrize("text", ["{not json", "", "[1, 2]", '{"n_layer": 1}'])
 def test_config_that_is_not_json(checkpoint, tmp_path, text):
@@ -192,6 +295,12 @@ def test_config_with_impossible_numbers(checkpoint, tmp_path, key, value):
   """Shape numbers no GPT-2 can have (n_embd not a multiple of n_head, zero, not an integer) are refused, naming the file."""
   folder = with_config(checkpoint, tmp_path, **{key: value})
   with pytest.raises(LoadError, match="config.json is not a GPT-2 config") as e: load_model(str(folder))
+  one_sentence(e)
+
+def test_folder_that_does_not_exist(cache):
+  """A path that is no folder is not called an unknown model name: the message says the folder does not exist."""
+  with pytest.raises(LoadError, match="The folder /no/such/folder does not exist") as e:
+    load_model("/no/such/folder")
   one_sentence(e)
 
 # --- the tokenizer, offline ---
