@@ -14,7 +14,7 @@ nbclient = pytest.importorskip("nbclient", reason="notebook tests need the noteb
 
 NOTEBOOK_DIR = pathlib.Path(__file__).resolve().parents[1] / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
-TIME_LIMIT_S = 120     # per notebook, top to bottom (issue 6)
+TIME_LIMIT_S = 120     # per notebook, top to bottom: a reader waits no longer
 MAX_BYTES = 1_000_000  # per committed notebook, outputs included
 
 # Run in the kernel before the notebook's own cells: every figure the notebook shows is checked as it is drawn.
