@@ -170,9 +170,11 @@ def scoring_cost(model: GPT2, lengths: range, reps: int,
   return {T: (median(t for t, _ in pairs), median(h for _, h in pairs)) for T, pairs in times.items()}
 
 def model_bytes(model: GPT2) -> int:
-  """The bytes of the model's weights, which one call reads at least once (the KV caches not counted)."""
+  """The bytes of the model's weights, which one call reads at least once: not its KV caches, nor the results
+  that its compiled steps keep (get_parameters(model) would find those too)."""
   caches = {id(block.attn.cache_kv) for block in model.h}
-  return sum(p.nbytes() for p in get_parameters(model) if id(p) not in caches)
+  weights = get_parameters([model.wte, model.wpe, model.h, model.ln_f])
+  return sum(p.nbytes() for p in weights if id(p) not in caches)
 
 def measure_bandwidth(nbytes: int = 1 << 30) -> float:
   """Bytes per second the device reads: the best of 5 compiled sums over a buffer of nbytes (after 2 that
