@@ -372,6 +372,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
   ap.add_argument("--prompt", help="your own prompt, used whole: --prompts times, with seeds 0, 1, ...")
   ap.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1.0)")
   ap.add_argument("--greedy", action="store_true", help="temperature 0: the argmax at every step")
+  ap.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens; 0 is off")
+  ap.add_argument("--top-p", type=float, default=1.0, help="keep the most likely tokens up to this mass; 1 is off")
   ap.add_argument("--scoring", action="store_true", help=f"only time one target call of T = {SCORING_T[0]}.."
                   f"{SCORING_T[-1]} tokens: in total, its host part, and against T = 1")
   ap.add_argument("--bandwidth", type=float, help="the device's memory bandwidth in GB/s, for the floor "
@@ -394,7 +396,7 @@ def parse_sweep(args: argparse.Namespace) -> list[int]:
 
 def check(args: argparse.Namespace, Ks: list[int]) -> Sampling:
   """Refuse bad settings with one sentence each, before any model loads; return the sampling settings."""
-  sampling = Sampling(0.0 if args.greedy else args.temperature)
+  sampling = Sampling(0.0 if args.greedy else args.temperature, args.top_k, args.top_p)
   if min(Ks) < 1:
     raise ValueError(f"K (the lookahead) is {min(Ks)}: it must be at least 1.")
   if args.max_new_tokens < 1:
