@@ -2,9 +2,9 @@
 
 One call does everything the rest of the project needs:
 
-    logits = model(ids, start_pos)   # ids: a list of T token ids at positions start_pos .. start_pos+T-1
-                                     # logits: float32 Tensor (1, T, vocab), next-token logits at each position
-    probs = model(ids, start_pos, last=3, head=f)  # f(logits of the last 3 positions), in the same compiled call
+    logits = model(ids, start_pos)  # ids: T token ids at positions start_pos .. start_pos+T-1
+                                    # logits: float32 (1, T, vocab), the next-token logits at each
+    probs = model(ids, start_pos, last=3, head=f)  # f(the last 3 positions' logits), in one compiled call
 
 It writes those T positions into the cache. Rolling back is calling again with a smaller start_pos:
 positions at or past it are overwritten before they are read. Weights come from weights.py.
@@ -28,7 +28,8 @@ class GPT2Config:
     if not all(type(n) is int and n > 0 for n in sizes):
       raise ValueError("n_layer, n_head, n_embd, vocab_size and n_ctx must be positive integers.")
     if self.n_embd % self.n_head:
-      raise ValueError(f"n_embd {self.n_embd} is not a multiple of n_head {self.n_head}: every head needs the same width.")
+      raise ValueError(f"n_embd {self.n_embd} is not a multiple of n_head {self.n_head}: "
+                       "every head needs the same width.")
 
 # The four sizes OpenAI released, as named on the Hugging Face Hub.
 PRESETS = {
@@ -38,23 +39,28 @@ PRESETS = {
   "gpt2-xl":     GPT2Config(n_layer=48, n_head=25, n_embd=1600),   # 1.5B
 }
 
-BLOCK = 16  # a longer input (a prompt) is fed in blocks of at most this many tokens, so every call replays a compiled step
-# A block of 2 or more tokens runs as a multiple of ROWS rows (see GPT2.forward): tinygrad's default kernels read a
-# weight once for all the rows of a block only when 3 or 4 divides the row count.
+BLOCK = 16  # a longer input (a prompt) goes in blocks of at most 16 tokens: each replays a compiled step
+# A block of 2 or more tokens runs as a multiple of ROWS rows (see GPT2.forward): tinygrad's default kernels
+# read a weight once for all the rows of a block only when 3 or 4 divides the row count.
 ROWS = 4
+
+def pad_rows(x: Tensor) -> Tensor:
+  """x (1, T, C) with zero rows appended up to a multiple of ROWS; one row (matrix-vector) stays one."""
+  T = x.shape[1]
+  return x.pad((None, (0, -T % ROWS if T > 1 else 0), None))
 
 class Attention:
   def __init__(self, cfg: GPT2Config):
     self.n_head, self.head_dim = cfg.n_head, cfg.n_embd // cfg.n_head
     self.c_attn = nn.Linear(cfg.n_embd, 3 * cfg.n_embd)  # q, k, v for all heads in one matmul
     self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd)
-    self.cache_kv: Tensor | None = None                  # (2, 1, n_head, n_ctx + ROWS - 1, head_dim), made on first use
+    self.cache_kv: Tensor | None = None  # (2, 1, n_head, n_ctx + ROWS - 1, head_dim), made on first use
 
   def __call__(self, x: Tensor, start_pos: int | UOp) -> Tensor:
     B, T, C = x.shape
     qkv = self.c_attn(x).split(C, dim=2)
     q, k, v = [t.reshape(B, T, self.n_head, self.head_dim).transpose(1, 2) for t in qkv]
-    # write this step's keys and values at start_pos .. start_pos+T-1; anything after them is stale and never read
+    # write this step's keys and values at start_pos .. start_pos+T-1; anything past them is stale, never read
     self.cache_kv[:, :, :, start_pos:start_pos + T].assign(Tensor.stack(k, v))
     k, v = self.cache_kv[0, :, :, :start_pos + T], self.cache_kv[1, :, :, :start_pos + T]
     # causal mask: query i (at position start_pos+i) sees keys 0 .. start_pos+i
@@ -86,55 +92,62 @@ class GPT2:
     self.wte, self.wpe = nn.Embedding(cfg.vocab_size, cfg.n_embd), nn.Embedding(cfg.n_ctx, cfg.n_embd)
     self.h = [Block(cfg) for _ in range(cfg.n_layer)]
     self.ln_f = nn.LayerNorm(cfg.n_embd, eps=cfg.norm_eps)
-    self.steps: dict[tuple, tuple[TinyJit, list[UOp]]] = {}  # compiled calls and their Variables: see step
+    self.steps: dict[tuple, tuple[TinyJit, list[UOp]]] = {}  # compiled calls and their Variables (see step)
 
   def make_cache(self) -> None:
-    """Allocate zeroed KV caches in the weights' dtype and device, once: compiled steps keep pointing at these buffers.
+    """Allocate zeroed KV caches in the weights' dtype and device, once: compiled steps point at them.
 
     There is never a need to clear them, as stale entries are overwritten before they are read.
     """
     if self.h[0].attn.cache_kv is not None:
       return
     cfg, w = self.config, self.wte.weight
-    shape = (2, 1, cfg.n_head, cfg.n_ctx + ROWS - 1, cfg.n_embd // cfg.n_head)  # room for a last block's padding rows
+    # n_ctx + ROWS - 1 positions: room for the padding rows of a block at the end of the context
+    shape = (2, 1, cfg.n_head, cfg.n_ctx + ROWS - 1, cfg.n_embd // cfg.n_head)
     for block in self.h:
       block.attn.cache_kv = Tensor.zeros(*shape, dtype=w.dtype, device=w.device).contiguous().realize()
 
   def forward(self, ids: list[int | UOp], start_pos: int | UOp, last: int) -> Tensor:
-    """Float32 logits (1, last, vocab) after the last `last` of the tokens ids at start_pos; no JIT, all may be symbolic."""
+    """Float32 logits (1, last, vocab) after the last `last` of the tokens ids at start_pos.
+
+    No JIT: this is what a compiled step runs, with start_pos and the ids symbolic."""
     T = len(ids)
-    # each id picks its row of the embedding with a slice, so a symbolic id is just a number bound at each call
+    # each id picks its embedding row with a slice, so a symbolic id is just a number bound at each call
     x = Tensor.cat(*[self.wte.weight.shrink(((i, i + 1), None)) for i in ids]).unsqueeze(0)
-    x = x + self.wpe.weight[start_pos:start_pos + T]
-    # Pad a block to a multiple of ROWS rows with zero rows after the real ones, and drop their logits. The causal mask
-    # hides them from the real rows; their keys and values go to the cache past the real positions, where entries are
-    # stale anyway: overwritten before they are read. A decode step (1 token) stays 1 row: the matrix-vector case.
-    x = x.pad((None, (0, -T % ROWS if T > 1 else 0), None))
+    x = pad_rows(x + self.wpe.weight[start_pos:start_pos + T])
+    # Padding: a block runs as a multiple of ROWS rows, zero rows after the real ones, whose logits are
+    # dropped. The mask hides them from the real rows; their keys and values go to the cache past the real
+    # positions, where entries are stale anyway: overwritten before they are read.
     for block in self.h:
       x = block(x, start_pos)
-    logits = self.ln_f(x[:, T - last:T]) @ self.wte.weight.T  # the LM head is tied to the token embedding
+    # The LM head (tied to the token embedding) for the last `last` rows, padded too. contiguous() before
+    # dropping the padding rows, or a lazy slice would shrink the matmul itself back to `last` rows.
+    logits = (pad_rows(self.ln_f(x[:, T - last:T])) @ self.wte.weight.T).contiguous()[:, :last]
     return logits.cast(dtypes.float32)
 
-  def step(self, ids: list[int], start_pos: int, last: int, head: Callable[[Tensor], Tensor] | None) -> Tensor:
-    """One compiled call. start_pos and the ids enter it as Variables bound to their values, so every call after the
-    first two (run, then capture) replays the same kernels and schedules nothing: its host work is binding T + 1
-    numbers and one launch. head, if given, maps the (last, vocab) logits to the result, inside the same kernels."""
+  def step(self, ids: list[int], start_pos: int, last: int,
+           head: Callable[[Tensor], Tensor] | None) -> Tensor:
+    """One compiled call. start_pos and the ids enter it as Variables bound to their values, so every call
+    after the first two (run, then capture) replays the same kernels and schedules nothing: its host work is
+    binding T + 1 numbers and one launch. head, if given, maps the (last, vocab) logits to the result."""
     cfg, T = self.config, len(ids)
     if (T, last, head) not in self.steps:
       def run(start_pos: UOp, *ids: UOp) -> Tensor:
         logits = self.forward(list(ids), start_pos, last)
-        # every result is read on the host: the copy there is part of the compiled step, not a separate one per call
+        # every result is read on the host: the copy there is part of the compiled step
         return (logits if head is None else head(logits[0])).to("CPU").contiguous()
-      variables = [Variable("start_pos", 0, cfg.n_ctx - T)] + [Variable(f"id{t}", 0, cfg.vocab_size - 1) for t in range(T)]
+      ids_vars = [Variable(f"id{t}", 0, cfg.vocab_size - 1) for t in range(T)]
+      variables = [Variable("start_pos", 0, cfg.n_ctx - T)] + ids_vars
       self.steps[(T, last, head)] = TinyJit(run), variables
     jit, variables = self.steps[(T, last, head)]
     return jit(*(v.bind(int(n)) for v, n in zip(variables, [start_pos, *ids])))
 
   def __call__(self, ids: list[int], start_pos: int, last: int | None = None,
                head: Callable[[Tensor], Tensor] | None = None) -> Tensor:
-    """Next-token logits (1, last, vocab) after the last `last` (default: all) of ids, fed at positions start_pos..,
-    writing them into the KV cache; with head, head(logits[0]) instead. The result is in host memory (tinygrad's CPU
-    device), in a buffer that the next call of the same shape overwrites: read it first."""
+    """Next-token logits (1, last, vocab) after the last `last` (default: all) of ids, fed at positions
+    start_pos.., writing them into the KV cache; with head, head(logits[0]) instead. The result is in host
+    memory (tinygrad's CPU device), in a buffer that the next call of the same shape overwrites: read it
+    first."""
     cfg, T = self.config, len(ids)
     last = T if last is None else last
     if not (0 <= start_pos and start_pos + T <= cfg.n_ctx):
