@@ -1,7 +1,8 @@
 """The command line of speculative.py: load the models, stream the text, print what the run measured.
 
     python speculative.py --prompt "Alan Turing theorized that computers would one day become"
-    python speculative.py --random --target gpt2 --draft 2,4,256 --prompt "Hello"   # random weights: no model download
+    python speculative.py --random --target gpt2 --draft 2,4,256 --prompt "Hello"   # random weights:
+                                                                                     # no model download
 """
 from __future__ import annotations
 import argparse, codecs, sys
@@ -18,7 +19,8 @@ from weights import LoadError, checkpoint_dir, load_model, load_tokenizer, rando
 COLOURS = {"accepted": "\033[32m", "resampled": "\033[33m", "bonus": "\033[35m", "target": "\033[36m"}
 
 def printer(enc, trace: bool) -> Stream:
-  """A stream callback that prints tokens as they arrive (whole UTF-8 characters only), coloured by origin if trace."""
+  """A stream callback that prints tokens as they arrive (whole UTF-8 characters only),
+  coloured by origin if trace."""
   utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
   def show(tokens: list[int], origins: list[str]) -> None:
     for t, o in zip(tokens, origins):
@@ -34,8 +36,9 @@ def report(stats: Stats, K: int | None = None) -> str:
     a, checked = stats.acceptance_rate, stats.accepted + stats.rejected
     lines += [f"acceptance rate α̂     {a:.3f} = {stats.accepted} accepted ÷ {checked} checked drafts "
               f"({stats.drafted} drafted; those after a rejection are never checked)",
-              f"tokens/target call    {stats.tokens_per_target_call:.2f} (paper's (1 - α^(K+1)) / (1 - α) at α̂ "
-              f"and K = {stats.mean_drafted:.2f} drafted per call: {expected_tokens_per_loop(a, stats.mean_drafted):.2f})",
+              f"tokens/target call    {stats.tokens_per_target_call:.2f} (paper's (1 - α^(K+1)) / (1 - α) "
+              f"at α̂ and K = {stats.mean_drafted:.2f} drafted per call: "
+              f"{expected_tokens_per_loop(a, stats.mean_drafted):.2f})",
               f"time per draft token  {1e3 * stats.draft_call_time:.2f} ms",
               f"time per target call  {1e3 * stats.target_call_time:.1f} ms (c = {stats.cost_ratio:.3f})"]
   else:
@@ -43,27 +46,35 @@ def report(stats: Stats, K: int | None = None) -> str:
   return "\n".join(lines + [f"tokens per second     {stats.tokens_per_second:.2f}"])
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-  ap = argparse.ArgumentParser(description="Speculative sampling (Chen et al. 2023, Algorithm 2) with GPT-2 in tinygrad.")
+  ap = argparse.ArgumentParser(description="Speculative sampling (Chen et al. 2023, Algorithm 2) "
+                                           "with GPT-2 in tinygrad.")
   ap.add_argument("--prompt", required=True, help="text to continue")
   ap.add_argument("--target", default="gpt2-xl",
                   help="target model q: gpt2, gpt2-medium, gpt2-large, gpt2-xl, or a checkpoint folder")
-  ap.add_argument("--draft", default="gpt2", help="draft model p: a name or a checkpoint folder, as for --target; "
+  ap.add_argument("--draft", default="gpt2",
+                  help="draft model p: a name or a checkpoint folder, as for --target; "
                   "or ngram: prompt lookup, no model (see --ngram-max)")
-  ap.add_argument("--ngram-max", type=int, default=3, help="with --draft ngram: the longest n-gram to match (default 3)")
-  ap.add_argument("--random", action="store_true", help="random weights with the shapes of --target and --draft "
+  ap.add_argument("--ngram-max", type=int, default=3,
+                  help="with --draft ngram: the longest n-gram to match (default 3)")
+  ap.add_argument("--random", action="store_true",
+                  help="random weights with the shapes of --target and --draft "
                   "(a name, or n_layer,n_head,n_embd): no model download; the text is noise")
   ap.add_argument("-K", "--lookahead", type=int, default=4, help="draft tokens per round (default 4)")
   ap.add_argument("--max-new-tokens", type=int, default=128)
   ap.add_argument("--temperature", type=float, default=1.0, help="0 means greedy (default 1.0)")
   ap.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens; 0 is off")
-  ap.add_argument("--top-p", type=float, default=1.0, help="keep the most likely tokens up to this mass; 1 is off")
+  ap.add_argument("--top-p", type=float, default=1.0,
+                  help="keep the most likely tokens up to this mass; 1 is off")
   ap.add_argument("--seed", type=int, default=0, help="one seed drives every draw: same seed, same tokens")
-  ap.add_argument("--compare", action="store_true", help="also run Algorithm 1 with the same settings and print the speedup")
+  ap.add_argument("--compare", action="store_true",
+                  help="also run Algorithm 1 with the same settings and print the speedup")
   ap.add_argument("--trace", action="store_true",
-                  help="colour tokens: green accepted draft, yellow resampled, magenta bonus, cyan a plain target "
-                  "step where the draft proposed nothing")
-  ap.add_argument("--device", help="tinygrad device (CPU, CUDA, METAL, ...); default: tinygrad's choice or $DEV")
-  ap.add_argument("--half", action="store_true", help="load the weights as float16 (half the memory; for GPUs)")
+                  help="colour tokens: green accepted draft, yellow resampled, magenta bonus, "
+                  "cyan a plain target step where the draft proposed nothing")
+  ap.add_argument("--device",
+                  help="tinygrad device (CPU, CUDA, METAL, ...); default: tinygrad's choice or $DEV")
+  ap.add_argument("--half", action="store_true",
+                  help="load the weights as float16 (half the memory; for GPUs)")
   ap.add_argument("--tokenizer", help="folder with GPT-2's encoder.json and vocab.bpe "
                   "(default: tiktoken's download and cache)")
   return ap.parse_args(argv)
@@ -73,10 +84,12 @@ def open_device(name: str) -> None:
   try:
     DEV.value = Device[name.upper()].device
   except Exception as e:
-    raise ValueError(f"The device {name} is not usable here ({type(e).__name__}): try CPU, CUDA or METAL.") from None
+    raise ValueError(f"The device {name} is not usable here ({type(e).__name__}): "
+                     "try CPU, CUDA or METAL.") from None
 
 def load_all(args: argparse.Namespace) -> tuple[object, GPT2, GPT2 | NgramDraft]:
-  """The tokenizer, the target and the draft; if any cannot be had, one error that names everything missing."""
+  """The tokenizer, the target and the draft;
+  if any cannot be had, one error that names everything missing."""
   missing, enc = [], None
   try:
     enc = load_tokenizer(args.tokenizer)
@@ -93,10 +106,12 @@ def load_all(args: argparse.Namespace) -> tuple[object, GPT2, GPT2 | NgramDraft]
   dtype = dtypes.float16 if args.half else dtypes.float32
   def model(name: str, seed: int) -> GPT2:
     return random_model(name, dtype, seed) if args.random else load_model(name, dtype)
-  return enc, model(args.target, 0), NgramDraft(args.ngram_max) if args.draft == "ngram" else model(args.draft, 1)
+  return (enc, model(args.target, 0),
+          NgramDraft(args.ngram_max) if args.draft == "ngram" else model(args.draft, 1))
 
 def check_args(args: argparse.Namespace) -> None:
-  """Refuse bad settings with one sentence before anything loads: nobody should wait through a 7 GB load to hear it."""
+  """Refuse bad settings with one sentence before anything loads:
+  nobody should wait through a 7 GB load to hear it."""
   Sampling(args.temperature, args.top_k, args.top_p)
   if args.lookahead < 1:
     raise ValueError(f"K (the lookahead) is {args.lookahead}: it must be at least 1.")
@@ -110,9 +125,10 @@ def check_args(args: argparse.Namespace) -> None:
     open_device(args.device)
 
 def warm_up(target: GPT2, draft: GPT2 | NgramDraft, K: int, sampling: Sampling) -> None:
-  """Compile every call shape that a round can use, so that the timed run replays them all: the target scores 1 to
-  K+1 tokens (an n-gram draft proposes 0 to K), a draft model takes 1 token, or 2 after an all-accept round. Each
-  shape takes two calls: the first runs and compiles, the second captures the compiled step."""
+  """Compile every call shape that a round can use, so that the timed run replays them all:
+  the target scores 1 to K+1 tokens (an n-gram draft proposes 0 to K),
+  a draft model takes 1 token, or 2 after an all-accept round.
+  Each shape takes two calls: the first runs and compiles, the second captures the compiled step."""
   for _ in range(2):
     for T in range(1, K + 2):
       next_probs(target, [0] * T, 0, T, sampling)
@@ -120,36 +136,40 @@ def warm_up(target: GPT2, draft: GPT2 | NgramDraft, K: int, sampling: Sampling) 
       next_probs(draft, [0] * T, 0, 1, sampling)
 
 def run(args: argparse.Namespace) -> None:
-  K, settings = args.lookahead, dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
+  K, settings = args.lookahead, dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                                     seed=args.seed)
   check_args(args)
   enc, target, draft = load_all(args)
   if target.config.vocab_size != enc.n_vocab:
-    raise ValueError(f"{args.target} has a vocabulary of {target.config.vocab_size} tokens, not GPT-2's {enc.n_vocab}: "
-                     "the GPT-2 tokenizer cannot drive it.")
+    raise ValueError(f"{args.target} has a vocabulary of {target.config.vocab_size} tokens, "
+                     f"not GPT-2's {enc.n_vocab}: the GPT-2 tokenizer cannot drive it.")
   prompt = enc.encode(args.prompt)
   check_run([target] + ([draft] if isinstance(draft, GPT2) else []), prompt, args.max_new_tokens)
   print(f"warming up on {Device.DEFAULT} (compiling kernels)...", file=sys.stderr)
   warm_up(target, draft, K, Sampling(args.temperature, args.top_k, args.top_p))
-  speculative_sample(target, draft, prompt, 3 * (K + 1), K=K, **settings)  # and the shapes of this prompt's first round
+  speculative_sample(target, draft, prompt, 3 * (K + 1), K=K, **settings)  # and the shapes of this
+                                                                            # prompt's first round
   if args.compare:
     autoregressive_sample(target, prompt, 3, **settings)
   print(args.prompt, end="", flush=True)
-  _, _, stats = speculative_sample(target, draft, prompt, args.max_new_tokens, K=K, stream=printer(enc, args.trace),
-                                   **settings)
-  print(f"\n\n--- Algorithm 2 (speculative): target {args.target}, draft {args.draft}, K={K}, device {Device.DEFAULT}")
+  _, _, stats = speculative_sample(target, draft, prompt, args.max_new_tokens, K=K,
+                                   stream=printer(enc, args.trace), **settings)
+  print(f"\n\n--- Algorithm 2 (speculative): target {args.target}, draft {args.draft}, K={K}, "
+        f"device {Device.DEFAULT}")
   print(report(stats, K))
   if args.compare:
     # Algorithm 1 streams its text too, so that both runs are timed alike
     print(f"\n{args.prompt}", end="", flush=True)
-    _, base = autoregressive_sample(target, prompt, args.max_new_tokens, stream=printer(enc, False), **settings)
+    _, base = autoregressive_sample(target, prompt, args.max_new_tokens, stream=printer(enc, False),
+                                    **settings)
     predicted = predicted_speedup(stats.acceptance_rate, stats.mean_drafted, stats.cost_ratio)
     print(f"\n\n--- Algorithm 1 (auto-regressive): target {args.target}\n{report(base)}")
     print(f"\nspeedup               {stats.tokens_per_second / base.tokens_per_second:.2f}x measured, "
           f"{predicted:.2f}x predicted by (1 - α^(K+1)) / ((1 - α)(Kc + 1)) from α̂ and c")
 
 def main(run: Callable[[argparse.Namespace], None] = run, args: argparse.Namespace | None = None) -> int:
-  """Run a command: bad input, or a model or tokenizer that cannot be had, ends it with one sentence on stderr and
-  exit code 2."""
+  """Run a command: bad input, or a model or tokenizer that cannot be had, ends it with one sentence on stderr
+  and exit code 2."""
   try:
     run(args if args is not None else parse_args(None))
   except (ValueError, LoadError, FloatingPointError) as e:

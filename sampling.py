@@ -1,7 +1,8 @@
 """From logits to the distributions that get sampled, and one draw from them.
 
     sampling = Sampling(temperature=0.8, top_k=50, top_p=0.95)   # checked on creation
-    probs = model(ids, start_pos, head=sampling)                 # on the device, inside the model's compiled call
+    probs = model(ids, start_pos, head=sampling)                 # on the device, inside the model's
+                                                                 # compiled call
     token = sample(probs.numpy()[0], rng)                        # on the host, with one seeded uniform number
 
 Speculative sampling applies the same Sampling to the draft (giving p) and to the target (giving q) at every
@@ -15,7 +16,8 @@ from tinygrad import Tensor, dtypes
 
 @dataclass(frozen=True)
 class Sampling:
-  """How logits become a distribution: temperature, then top-k, then top-p. Temperature 0 is greedy (a one-hot argmax).
+  """How logits become a distribution: temperature, then top-k, then top-p.
+  Temperature 0 is greedy (a one-hot argmax).
 
   Frozen, so it can key a model's compiled calls: equal settings share one compiled call.
   """
@@ -55,15 +57,17 @@ class Sampling:
     return probs
 
 def order_key(x: Tensor) -> Tensor:
-  """An int64 per float32 of x, in the same order (equal floats, equal keys): a float's bits order like an integer
-  when it is positive, and in reverse when it is negative. So a cut-off found among the keys is exact."""
+  """An int64 per float32 of x, in the same order (equal floats, equal keys):
+  a float's bits order like an integer when it is positive, and in reverse when it is negative.
+  So a cut-off found among the keys is exact."""
   bits = x.bitcast(dtypes.int32).cast(dtypes.int64)
   return (bits < 0).where(-(bits & 0x7FFFFFFF), bits)
 
 def largest_where(holds: Callable[[Tensor], Tensor], lo: Tensor, hi: Tensor) -> Tensor:
-  """Per row, the largest integer t in [lo, hi) with holds(t), where holds is true up to some t and false after it:
-  lo must hold and hi must not. A search that quarters [lo, hi) at each step, testing 3 points in one pass over the
-  row: 17 passes cover any range of float32 keys (4^16 = 2^32), where sorting 50257 numbers costs far more."""
+  """Per row, the largest integer t in [lo, hi) with holds(t), where holds is true up to some t and false
+  after it: lo must hold and hi must not.
+  A search that quarters [lo, hi) at each step, testing 3 points in one pass over the row: 17 passes cover
+  any range of float32 keys (4^16 = 2^32), where sorting 50257 numbers costs far more."""
   quarters = Tensor([1, 2, 3], dtype=dtypes.int64, device=lo.device)
   for _ in range(17):
     points = lo + (hi - lo) * quarters // 4
@@ -78,8 +82,8 @@ def sample(weights: np.ndarray, rng: np.random.Generator) -> int:
   """Draw a token with probability weight / sum(weights), by inverse CDF with one uniform number from rng.
 
   The CDF is walked in two short steps, over blocks of BLOCK tokens and then inside the chosen block: the same
-  draw as one cumulative sum over the whole vocabulary, but about 8 times faster for GPT-2's 50257 tokens, which
-  matters as every draft token costs one draw. A zero-weight token is never drawn.
+  draw as one cumulative sum over the whole vocabulary, but about 8 times faster for GPT-2's 50257 tokens,
+  which matters as every draft token costs one draw. A zero-weight token is never drawn.
   """
   sums = np.add.reduceat(weights, np.arange(0, len(weights), BLOCK))  # each block's total
   cdf = np.cumsum(sums)

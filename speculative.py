@@ -1,4 +1,5 @@
-"""Speculative sampling with GPT-2 in tinygrad: Algorithm 2 of Chen et al. (2023), and Algorithm 1 as the baseline.
+"""Speculative sampling with GPT-2 in tinygrad: Algorithm 2 of Chen et al. (2023),
+and Algorithm 1 as the baseline.
 
     python speculative.py --prompt "Alan Turing theorized that computers would one day become"   # see cli.py
 
@@ -7,14 +8,15 @@ K the lookahead, x̃ a draft token. Leviathan et al. (2022) swap the letters: th
 Positions: the paper counts tokens from 1 (x_1 .. x_n); the code's lists and KV-cache positions count from 0,
 so the paper's x_n is x[n - 1] and sits at cache position n - 1.
 
-Where the work runs: each model call, with the logits-to-probabilities step (sampling.Sampling), is one compiled
-call on tinygrad's device (Metal, CUDA or the CPU), whose probability vectors are copied to the host once. The
-draws and the K accept/reject decisions are taken there in float64 NumPy with one seeded generator.
+Where the work runs: each model call, with the logits-to-probabilities step (sampling.Sampling), is one
+compiled call on tinygrad's device (Metal, CUDA or the CPU), whose probability vectors are copied to the host
+once. The draws and the K accept/reject decisions are taken there in float64 NumPy with one seeded generator.
 
 What "exact" means here: the tokens follow the target's distribution q exactly as the device computes it, in
-float32 (each row sums to 1 within float32 rounding, about 1e-6). Algorithm 2 adds no error of its own: every draw
-and every test r < q/p is made in float64 on those same float32 numbers, so its output has the law that Algorithm 1
-would sample from those same q (Theorem 1). A float16 model computes another q, close to the float32 one.
+float32 (each row sums to 1 within float32 rounding, about 1e-6). Algorithm 2 adds no error of its own:
+every draw and every test r < q/p is made in float64 on those same float32 numbers, so its output has the
+law that Algorithm 1 would sample from those same q (Theorem 1).
+A float16 model computes another q, close to the float32 one.
 """
 from __future__ import annotations
 import time
@@ -27,14 +29,16 @@ from sampling import Sampling, sample
 EOT = 50256  # GPT-2's <|endoftext|>
 
 def next_probs(model: GPT2, tokens: list[int], start_pos: int, n_out: int, sampling: Sampling) -> np.ndarray:
-  """Feed tokens at start_pos .. into model (writing its KV cache); the (n_out, V) distributions after the last n_out
-  of them, in float64 on the host."""
+  """Feed tokens at start_pos .. into model (writing its KV cache); the (n_out, V) distributions after the
+  last n_out of them, in float64 on the host."""
   out = model(tokens, start_pos, last=n_out, head=sampling)
-  # The result is already in host memory: read it in place and copy it to float64 at once, before the next call
-  # overwrites it. (Tensor.numpy() would copy it once more through tinygrad's scheduler, about 0.25 ms a call.)
+  # The result is already in host memory: read it in place and copy it to float64 at once,
+  # before the next call overwrites it.
+  # (Tensor.numpy() would copy it once more through tinygrad's scheduler, about 0.25 ms a call.)
   probs = np.frombuffer(out.uop.buffer.as_memoryview(allow_zero_copy=True), np.float32).astype(np.float64)
   probs = probs.reshape(out.shape)
-  # a NaN would make every draw meaningless (tinygrad's own multinomial silently returns token 0): refuse it here
+  # a NaN would make every draw meaningless (tinygrad's own multinomial silently returns token 0):
+  # refuse it here
   if not np.isfinite(probs).all():
     raise FloatingPointError("The model produced NaN or infinite probabilities: its weights may be corrupt, "
                              "so fetch them again.")
@@ -42,36 +46,43 @@ def next_probs(model: GPT2, tokens: list[int], start_pos: int, n_out: int, sampl
 
 # ***** the math of one step, on probability vectors (on the host) *****
 
-def verify(drafts: list[int], p: np.ndarray, q: np.ndarray, rng: np.random.Generator) -> tuple[list[int], list[str]]:
-  """Algorithm 2's accept/reject loop for one round: K drafts x̃ with their draft distributions p (K, V) and the
-  target's K+1 distributions q (K+1, V). Returns the emitted tokens and where each came from:
-  'accepted' (a draft), 'resampled' (from the residual (q - p)+) or 'bonus' (from q after all K were accepted).
+def verify(drafts: list[int], p: np.ndarray, q: np.ndarray,
+           rng: np.random.Generator) -> tuple[list[int], list[str]]:
+  """Algorithm 2's accept/reject loop for one round: K drafts x̃ with their draft distributions p (K, V) and
+  the target's K+1 distributions q (K+1, V). Returns the emitted tokens and where each came from: 'accepted'
+  (a draft), 'resampled' (from the residual (q - p)+) or 'bonus' (from q after all K were accepted).
 
-  p and q must come from the same Sampling (temperature, top-k, top-p applied alike to both), and then the tokens
-  follow q. At temperature 0 both are one-hot, so this reduces to "accept while the two argmaxes agree, then emit
-  the target's argmax": greedy speculative decoding, which emits exactly Algorithm 1's greedy tokens.
+  p and q must come from the same Sampling (temperature, top-k, top-p applied alike to both), and then the
+  tokens follow q. At temperature 0 both are one-hot, so this reduces to
+  "accept while the two argmaxes agree, then emit the target's argmax": greedy speculative decoding,
+  which emits exactly Algorithm 1's greedy tokens.
   With no drafts (a draft that found nothing to propose) it is one ordinary target step, labelled 'target'.
   """
   for t, x in enumerate(drafts):
     # Algorithm 2: "Sample r ~ U[0, 1] from a uniform distribution."
     r = rng.random()
-    # Algorithm 2: "if r < min(1, q(x|x_1..x_{n+t-1}) / p(x|x_1..x_{n+t-1})) then Set x_{n+t} <- x̃_t and n <- n + 1."
+    # Algorithm 2: "if r < min(1, q(x|x_1..x_{n+t-1}) / p(x|x_1..x_{n+t-1}))
+    #               then Set x_{n+t} <- x̃_t and n <- n + 1."
     # Written as r·p < q: no division, and a draft the target gives probability 0 is never accepted.
     if r * p[t, x] < q[t, x]:
       continue
     # Algorithm 2: "sample x_{n+t} ~ (q(x|x_1..x_{n+t-1}) - p(x|x_1..x_{n+t-1}))+ and exit for loop."
-    # The residual is normalised by sample(); it can only sum to 0 if p = q up to rounding, and then q is exact.
+    # The residual is normalised by sample(); it can only sum to 0 if p = q up to rounding,
+    # and then q is exact.
     residual = np.maximum(q[t] - p[t], 0.0)
     token = sample(residual if residual.sum() > 0 else q[t], rng)
     return drafts[:t] + [token], ["accepted"] * t + ["resampled"]
-  # Algorithm 2: "If all tokens x_{n+1}, ..., x_{n+K} are accepted, sample extra token x_{n+K+1} ~ q(x|x_1..x_n, x_{n+K})"
-  return drafts + [sample(q[len(drafts)], rng)], ["accepted"] * len(drafts) + ["bonus" if drafts else "target"]
+  # Algorithm 2: "If all tokens x_{n+1}, ..., x_{n+K} are accepted,
+  #               sample extra token x_{n+K+1} ~ q(x|x_1..x_n, x_{n+K})"
+  return (drafts + [sample(q[len(drafts)], rng)],
+          ["accepted"] * len(drafts) + ["bonus" if drafts else "target"])
 
 def one_hot(drafts: list[int], V: int) -> np.ndarray:
   """The distributions p (K, V) of a deterministic draft: all the mass on each x̃.
 
-  Then Algorithm 2's test r < min(1, q(x̃)/p(x̃)) reads r < q(x̃): x̃ is accepted with probability q(x̃); and the
-  residual (q - p)+ is q with x̃ removed (renormalised by sample): after a rejection, any token but x̃, as q says.
+  Then Algorithm 2's test r < min(1, q(x̃)/p(x̃)) reads r < q(x̃): x̃ is accepted with probability q(x̃);
+  and the residual (q - p)+ is q with x̃ removed (renormalised by sample):
+  after a rejection, any token but x̃, as q says.
   """
   p = np.zeros((len(drafts), V))
   p[np.arange(len(drafts)), drafts] = 1.0
@@ -80,16 +91,19 @@ def one_hot(drafts: list[int], V: int) -> np.ndarray:
 # ***** drafts: where x̃ and p come from *****
 
 class ModelDraft:
-  """The paper's draft: a smaller model p, sampled auto-regressively, one call per draft token, with its KV cache."""
+  """The paper's draft: a smaller model p, sampled auto-regressively, one call per draft token,
+  with its KV cache."""
   def __init__(self, model: GPT2):
     self.model = model
     self.cached = 0  # how many leading tokens of x the draft's KV cache holds; the rest is stale
 
-  def propose(self, x: list[int], k: int, sampling: Sampling, rng: np.random.Generator) -> tuple[list[int], np.ndarray]:
+  def propose(self, x: list[int], k: int, sampling: Sampling,
+              rng: np.random.Generator) -> tuple[list[int], np.ndarray]:
     """k draft tokens x̃ to follow x, and the distributions p (k, V) they were drawn from."""
-    # Algorithm 2: "for t = 1 : K do: Sample draft auto-regressively x̃_t ~ p(x|x_1, ..., x_n, x̃_1, ..., x̃_{t-1})"
-    # The draft first catches up on the tokens its cache lacks: the prompt, the token emitted last round, and after
-    # an all-accept round also x̃_K, which it drafted but never fed.
+    # Algorithm 2: "for t = 1 : K do:
+    #               Sample draft auto-regressively x̃_t ~ p(x|x_1, ..., x_n, x̃_1, ..., x̃_{t-1})"
+    # The draft first catches up on the tokens its cache lacks: the prompt, the token emitted last round, and
+    # after an all-accept round also x̃_K, which it drafted but never fed.
     drafts, p, feed = [], [], x[self.cached:]
     for _ in range(k):
       p.append(next_probs(self.model, feed, self.cached, 1, sampling)[0])
@@ -99,24 +113,28 @@ class ModelDraft:
     return drafts, np.stack(p)
 
   def keep(self, n: int) -> None:
-    """Roll back to the first n tokens of x: cache entries past them are stale, overwritten before they are read."""
+    """Roll back to the first n tokens of x: cache entries past them are stale, overwritten before
+    they are read."""
     self.cached = min(self.cached, n)
 
 class NgramDraft:
-  """Prompt lookup: a draft that is no model. It finds the latest earlier occurrence of the context's last n tokens
-  (n from max_n down to 1) in the prompt and the text so far, and proposes up to K of the tokens that followed it.
+  """Prompt lookup: a draft that is no model.
+  It finds the latest earlier occurrence of the context's last n tokens (n from max_n down to 1) in the
+  prompt and the text so far, and proposes up to K of the tokens that followed it.
 
-  It is deterministic, so p is one-hot at each x̃ (see one_hot) and Theorem 1 holds as for any draft. Its drafts
-  cost next to nothing (c ≈ 0), so the speedup is the tokens per target call itself: large on text that repeats its
-  input. When nothing matches it proposes nothing, and the round is one ordinary target step.
+  It is deterministic, so p is one-hot at each x̃ (see one_hot) and Theorem 1 holds as for any draft. Its
+  drafts cost next to nothing (c ≈ 0), so the speedup is the tokens per target call itself: large on text that
+  repeats its input. When nothing matches it proposes nothing, and the round is one ordinary target step.
   """
   def __init__(self, max_n: int = 3):
     if max_n < 1:
       raise ValueError(f"The n-gram length is {max_n}: it must be at least 1.")
     self.max_n = max_n
 
-  def propose(self, x: list[int], k: int, sampling: Sampling, rng: np.random.Generator) -> tuple[list[int], None]:
-    """Up to k tokens x̃ that followed the latest earlier match of x's last n tokens; p None: one-hot at each x̃."""
+  def propose(self, x: list[int], k: int, sampling: Sampling,
+              rng: np.random.Generator) -> tuple[list[int], None]:
+    """Up to k tokens x̃ that followed the latest earlier match of x's last n tokens;
+    p None: one-hot at each x̃."""
     for n in range(min(self.max_n, len(x) - 1), 0, -1):
       for start in range(len(x) - n - 1, -1, -1):  # latest first, and at least one token after the match
         if x[start:start + n] == x[-n:]:
@@ -136,7 +154,8 @@ class Stats:
   target_calls: int = 0
   drafted: int = 0          # draft tokens proposed
   accepted: int = 0         # drafts that passed r < q(x̃)/p(x̃)
-  rejected: int = 0         # drafts that failed it: each ends its round, so the drafts after it are never checked
+  rejected: int = 0         # drafts that failed it: each ends its round, so the drafts after it
+                            # are never checked
   target_time: float = 0.0  # seconds in the target's calls (including the copy of q to the host)
   draft_time: float = 0.0   # seconds spent drafting: the draft model's calls, or an n-gram lookup
   total_time: float = 0.0
@@ -146,9 +165,9 @@ class Stats:
   def acceptance_rate(self) -> float:
     """α̂ = accepted / checked drafts, the estimate of the paper's α (the chance that one draft is accepted).
 
-    Every check that verify made counts, also in a last round whose tokens max-new-tokens or end-of-text then cut:
-    each check is a fair draw of "is x̃ accepted?", and dropping those of the cut tokens, which are mostly
-    accepted ones, would bias α̂ low. Drafts after a rejection are never checked, so they never count.
+    Every check that verify made counts, also in a last round whose tokens max-new-tokens or end-of-text then
+    cut: each check is a fair draw of "is x̃ accepted?", and dropping those of the cut tokens, which are
+    mostly accepted ones, would bias α̂ low. Drafts after a rejection are never checked, so they never count.
     """
     return self.accepted / max(self.accepted + self.rejected, 1)
 
@@ -158,7 +177,8 @@ class Stats:
 
   @property
   def mean_drafted(self) -> float:
-    """Drafts proposed per round: K for a model draft (fewer only at the context's end), up to K for an n-gram draft."""
+    """Drafts proposed per round: K for a model draft (fewer only at the context's end),
+    up to K for an n-gram draft."""
     return self.drafted / max(self.target_calls, 1)
 
   @property
@@ -194,8 +214,8 @@ def check_run(models: list[GPT2], prompt_tokens: list[int], max_new_tokens: int)
   """Raise ValueError with one sentence if the models cannot continue this prompt together."""
   n_ctx, vocab = min(m.config.n_ctx for m in models), models[0].config.vocab_size
   if any(m.config.vocab_size != vocab for m in models):
-    raise ValueError(f"The draft's vocabulary ({models[-1].config.vocab_size} tokens) differs from the target's "
-                     f"({vocab}): choose two models that share a tokenizer.")
+    raise ValueError(f"The draft's vocabulary ({models[-1].config.vocab_size} tokens) differs from the "
+                     f"target's ({vocab}): choose two models that share a tokenizer.")
   if not prompt_tokens:
     raise ValueError("The prompt is empty: give some text to continue.")
   if len(prompt_tokens) >= n_ctx:
@@ -207,7 +227,8 @@ def check_run(models: list[GPT2], prompt_tokens: list[int], max_new_tokens: int)
     raise ValueError(f"max-new-tokens is {max_new_tokens}: it must be at least 1.")
 
 def stop_reason(x: list[int], n_prompt: int, max_new_tokens: int, n_ctx: int, eos: int | None) -> str:
-  """Why generation must stop now, or "" to go on: the paper's "while n < T", plus end-of-text and a full context."""
+  """Why generation must stop now, or "" to go on: the paper's "while n < T", plus end-of-text
+  and a full context."""
   if len(x) - n_prompt >= max_new_tokens:
     return "max-new-tokens"
   if len(x) > n_prompt and x[-1] == eos:
@@ -218,11 +239,12 @@ def timed(fn: Callable, *args) -> tuple[np.ndarray, float]:
   start = time.perf_counter()
   return fn(*args), time.perf_counter() - start
 
-Stream = Callable[[list[int], list[str]], None]  # called with each batch of new tokens and where each came from
+Stream = Callable[[list[int], list[str]], None]  # called with each batch of new tokens and where
+                                                 # each came from
 
-def autoregressive_sample(model: GPT2, prompt_tokens: list[int], max_new_tokens: int, *, temperature: float = 1.0,
-                          top_k: int = 0, top_p: float = 1.0, seed: int = 0, eos: int | None = EOT,
-                          stream: Stream | None = None) -> tuple[list[int], Stats]:
+def autoregressive_sample(model: GPT2, prompt_tokens: list[int], max_new_tokens: int, *,
+                          temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, seed: int = 0,
+                          eos: int | None = EOT, stream: Stream | None = None) -> tuple[list[int], Stats]:
   """Algorithm 1: sample max_new_tokens tokens from the model one forward pass at a time (with its KV cache).
 
   Stops early at eos or when the context is full. Returns the new tokens and the Stats.
@@ -243,11 +265,12 @@ def autoregressive_sample(model: GPT2, prompt_tokens: list[int], max_new_tokens:
   stats.stopped_by = stopped_by
   return x[len(prompt_tokens):], stats
 
-def speculative_sample(target: GPT2, draft: GPT2 | Draft, prompt_tokens: list[int], max_new_tokens: int, *, K: int = 4,
-                       temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, seed: int = 0,
-                       eos: int | None = EOT, stream: Stream | None = None) -> tuple[list[int], list[str], Stats]:
-  """Algorithm 2: sample max_new_tokens tokens from the target q, drafting K at a time with the draft p: a smaller
-  GPT-2, or any draft object such as NgramDraft.
+def speculative_sample(target: GPT2, draft: GPT2 | Draft, prompt_tokens: list[int], max_new_tokens: int,
+                       *, K: int = 4, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
+                       seed: int = 0, eos: int | None = EOT,
+                       stream: Stream | None = None) -> tuple[list[int], list[str], Stats]:
+  """Algorithm 2: sample max_new_tokens tokens from the target q, drafting K at a time with the draft p: a
+  smaller GPT-2, or any draft object such as NgramDraft.
 
   The tokens follow the target's distribution exactly (the paper's Theorem 1). Stops early at eos or when the
   context is full. Returns the new tokens, where each came from (see verify), and the Stats.
@@ -264,8 +287,10 @@ def speculative_sample(target: GPT2, draft: GPT2 | Draft, prompt_tokens: list[in
   target_cached = 0  # how many leading tokens of x the target's KV cache holds; the rest is stale
   # Algorithm 2: "while n < T do"
   while not (stopped_by := stop_reason(x, n_prompt, max_new_tokens, n_ctx, eos)):
-    n, k = len(x), min(K, n_ctx - len(x))  # near the end of the context, draft fewer so the target's K+1 positions fit
-    # Algorithm 2: "for t = 1 : K do: Sample draft auto-regressively x̃_t ~ p(x|x_1, ..., x_n, x̃_1, ..., x̃_{t-1})"
+    n, k = len(x), min(K, n_ctx - len(x))  # near the end of the context, draft fewer so the target's
+                                           # K+1 positions fit
+    # Algorithm 2: "for t = 1 : K do:
+    #               Sample draft auto-regressively x̃_t ~ p(x|x_1, ..., x_n, x̃_1, ..., x̃_{t-1})"
     (drafts, p), dt = timed(draft.propose, x, k, sampling, rng)
     stats.drafted, stats.draft_time = stats.drafted + len(drafts), stats.draft_time + dt
     # Algorithm 2: "In parallel, compute K + 1 sets of logits from drafts x̃_1, ..., x̃_K:
@@ -277,10 +302,12 @@ def speculative_sample(target: GPT2, draft: GPT2 | Draft, prompt_tokens: list[in
     new, came_from = verify(drafts, one_hot(drafts, q.shape[1]) if p is None else p, q, rng)
     stats.accepted += len(new) - 1
     stats.rejected += came_from[-1] == "resampled"
-    # Roll back: both caches keep x_1..x_n and the accepted drafts; what they hold past that is overwritten next round.
+    # Roll back: both caches keep x_1..x_n and the accepted drafts;
+    # what they hold past that is overwritten next round.
     target_cached = n + len(new) - 1
     draft.keep(n + len(new) - 1)
-    # Never overshoot: stop at max_new_tokens, at the end of the context, and at eos even inside an accepted run.
+    # Never overshoot: stop at max_new_tokens, at the end of the context,
+    # and at eos even inside an accepted run.
     new = new[:min(max_new_tokens - (n - n_prompt), n_ctx - n)]
     if eos in new:
       new = new[:new.index(eos) + 1]
