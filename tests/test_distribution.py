@@ -1,17 +1,19 @@
-"""Theorem 1 of Chen et al. (2023), checked by chi-square tests: speculative sampling emits the target's distribution.
+"""Theorem 1 of Chen et al. (2023), checked by chi-square tests: speculative sampling emits the target's
+distribution.
 
-    DEV=CPU python -m pytest tests/test_distribution.py -v --durations=0     # about 2.5 minutes on 2 CPU cores
+    DEV=CPU python -m pytest tests/test_distribution.py -v --durations=0  # about 2.5 minutes on 2 CPU cores
 
 Notation as in the paper and speculative.py: q is the target, p the draft, K the lookahead, x̃ a draft token.
-Part 1 runs speculative.verify alone on hand-made (q, p) pairs; part 2 runs speculative_sample end to end on two
-tiny random GPT-2s and compares the joint histogram of its first L tokens with the target's exact joint
-distribution, enumerated from the target's own conditionals. Part 3 breaks the sampler on purpose and checks that
-the same test, at the same N, rejects it.
+Part 1 runs speculative.verify alone on hand-made (q, p) pairs; part 2 runs speculative_sample end to end on
+two tiny random GPT-2s and compares the joint histogram of its first L tokens with the target's exact joint
+distribution, enumerated from the target's own conditionals. Part 3 breaks the sampler on purpose and checks
+that the same test, at the same N, rejects it.
 
 What a failure means. Every seed is fixed, so a run always gives the same p-values. A correct sampler fails a
 part-1 or part-2 test with probability at most 1e-3 per grid (Bonferroni), so a failure after a change to
-speculative.py or gpt2.py almost surely means the change broke the distribution (or the cache that produces it):
-do not loosen the threshold or change the seed, find the bug; the controls in part 3 list the usual suspects.
+speculative.py or gpt2.py almost surely means the change broke the distribution (or the cache that produces
+it): do not loosen the threshold or change the seed, find the bug; the controls in part 3 list the usual
+suspects.
 A failing control means the test lost the power to see such a bug (N or the models were changed too far).
 """
 from __future__ import annotations
@@ -29,17 +31,22 @@ from speculative import NgramDraft, next_probs, sample, speculative_sample, veri
 PLAIN = Sampling()
 
 def chisquare_pvalue(counts: np.ndarray, probs: np.ndarray) -> float:
-  """Pearson's chi-square p-value of counts against probs; the least likely cells are pooled until every bin expects >= 5.
+  """Pearson's chi-square p-value of counts against probs; the least likely cells are pooled until every bin
+  expects >= 5.
 
   A count in a cell of probability 0 cannot happen under the reference, whatever N: the p-value is then 0.
   """
-  if counts[probs == 0].any(): return 0.0
+  if counts[probs == 0].any():
+    return 0.0
   order = np.argsort(probs)
   observed, expected = counts[order], counts.sum() * probs[order] / probs.sum()
-  if (small := int((expected < 5).sum())):  # pool the small cells, plus the next ones until the pool expects >= 5
+  # pool the small cells, plus the next ones until the pool expects >= 5
+  if (small := int((expected < 5).sum())):
     pooled = max(small, int(np.searchsorted(np.cumsum(expected), 5)) + 1)
-    observed, expected = np.r_[observed[:pooled].sum(), observed[pooled:]], np.r_[expected[:pooled].sum(), expected[pooled:]]
-  if len(expected) < 2: return 1.0  # all the mass in one bin: nothing left to compare
+    observed, expected = (np.r_[observed[:pooled].sum(), observed[pooled:]],
+                          np.r_[expected[:pooled].sum(), expected[pooled:]])
+  if len(expected) < 2:
+    return 1.0  # all the mass in one bin: nothing left to compare
   return float(stats.chisquare(observed, expected).pvalue)
 
 # ***** part 1: one verification step, no model *****
@@ -52,7 +59,8 @@ def one_hot(V: int, i: int) -> np.ndarray:
   return np.eye(V)[i]
 
 def verification_pairs() -> dict[str, tuple[np.ndarray, np.ndarray]]:
-  """(q, p) pairs over 2 to 50 tokens: the edge cases of Algorithm 2's accept/reject step, then random ones."""
+  """(q, p) pairs over 2 to 50 tokens: the edge cases of Algorithm 2's accept/reject step, then random
+  ones."""
   rng = np.random.default_rng(2023)
   dirichlet = lambda V, a: rng.dirichlet(np.full(V, a))
   q6, q8 = dirichlet(6, 1.0), dirichlet(8, 1.0)
@@ -80,17 +88,21 @@ def verification_pairs() -> dict[str, tuple[np.ndarray, np.ndarray]]:
   return pairs
 
 PAIRS = verification_pairs()
-# N draws per pair. With 20,000 draws every token of probability >= 2.5e-4 has its own bin (expected count >= 5).
-# At the threshold below, an error of 0.02 in β gives a binomial p-value near 1e-8, and the chi-square test has
-# 95% power against a χ² divergence Σ (Δ²/q) of 0.0025 over 5 bins (0.02 of probability moved between two tokens
-# of probability 0.25). The two broken verifys of part 3 are rejected with p < 1e-60. Each pair costs ~0.2 s.
+# N draws per pair. With 20,000 draws every token of probability >= 2.5e-4 has its own bin
+# (expected count >= 5). At the threshold below, an error of 0.02 in β gives a binomial p-value near 1e-8,
+# and the chi-square test has 95% power against a χ² divergence Σ (Δ²/q) of 0.0025 over 5 bins
+# (0.02 of probability moved between two tokens of probability 0.25). The two broken verifys of part 3 are
+# rejected with p < 1e-60. Each pair costs ~0.2 s.
 N_STEP = 20_000
-ALPHA_STEP = 1e-3 / (2 * len(PAIRS))  # Bonferroni: two tests per pair, so the grid's false-alarm rate is <= 1e-3
+# Bonferroni: two tests per pair, so the grid's false-alarm rate is <= 1e-3
+ALPHA_STEP = 1e-3 / (2 * len(PAIRS))
 
 def one_step(q: np.ndarray, p: np.ndarray, n: int, seed: int) -> tuple[np.ndarray, int]:
-  """n rounds of verify with K = 1: x̃ ~ p, then accept or resample. The first emitted tokens' counts, and how many x̃ were accepted."""
+  """n rounds of verify with K = 1: x̃ ~ p, then accept or resample. The first emitted tokens' counts, and how
+  many x̃ were accepted."""
   rng = np.random.default_rng(seed)
-  drafts = rng.choice(len(p), size=n, p=p)  # x̃ ~ p, drawn in one go: the draft's draws are not under test here
+  # x̃ ~ p, drawn in one go: the draft's draws are not under test here
+  drafts = rng.choice(len(p), size=n, p=p)
   # K + 1 = 2 target rows: q for x̃, and a bonus distribution for after an accept (deliberately unlike q)
   q_rows, counts, accepted = np.stack([q, q[::-1]]), np.zeros(len(q), dtype=np.int64), 0
   for x in drafts:
@@ -100,7 +112,8 @@ def one_step(q: np.ndarray, p: np.ndarray, n: int, seed: int) -> tuple[np.ndarra
   return counts, accepted
 
 def step_pvalues(q: np.ndarray, p: np.ndarray, seed: int = 0) -> tuple[float, float]:
-  """The chi-square p-value of the emitted token against q, and the binomial p-value of the acceptances against β = Σ min(p, q)."""
+  """The chi-square p-value of the emitted token against q, and the binomial p-value of the acceptances
+  against β = Σ min(p, q)."""
   counts, accepted = one_step(q, p, N_STEP, seed)
   beta = float(np.minimum(p, q).sum())
   # β is exactly 0 or 1 for some edge cases; binomtest handles those (any other count then has p-value 0)
@@ -108,18 +121,21 @@ def step_pvalues(q: np.ndarray, p: np.ndarray, seed: int = 0) -> tuple[float, fl
 
 @pytest.mark.parametrize("name", PAIRS)
 def test_one_step_emits_q(name: str):
-  """One accept/reject step emits a token distributed as q, and accepts x̃ with probability β = Σ min(p, q)."""
+  """One accept/reject step emits a token distributed as q, and accepts x̃ with probability
+  β = Σ min(p, q)."""
   q, p = PAIRS[name]
   chi2_p, binom_p = step_pvalues(q, p)
-  assert chi2_p > ALPHA_STEP and binom_p > ALPHA_STEP, f"emitted-token p = {chi2_p:.2e}, acceptance p = {binom_p:.2e}"
+  assert chi2_p > ALPHA_STEP and binom_p > ALPHA_STEP, \
+    f"emitted-token p = {chi2_p:.2e}, acceptance p = {binom_p:.2e}"
 
 # ***** part 2: the whole algorithm, through speculative_sample *****
 
-# A 4-token vocabulary keeps the target's joint law of L tokens small enough to enumerate (4**L cells). The draft
-# is an unrelated random model (other seed, other scale) that agrees with the target about half to three quarters
-# of the time: rejections and all-accept rounds are both common, and the bugs of part 3, which act on rejections,
-# make a large difference. With these weights no top-p nucleus boundary lies within 0.002 of 0.9, so float32
-# rounding cannot move a token in or out of it between speculative_sample's batched pass and the reference's.
+# A 4-token vocabulary keeps the target's joint law of L tokens small enough to enumerate (4**L cells). The
+# draft is an unrelated random model (other seed, other scale) that agrees with the target about half to three
+# quarters of the time: rejections and all-accept rounds are both common, and the bugs of part 3, which act on
+# rejections, make a large difference. With these weights no top-p nucleus boundary lies within 0.002 of 0.9,
+# so float32 rounding cannot move a token in or out of it between speculative_sample's batched pass and the
+# reference's.
 VOCAB, PROMPT = 4, [0]
 TINY = dict(n_layer=1, n_head=1, n_embd=8, vocab_size=VOCAB, n_ctx=16)
 
@@ -132,10 +148,13 @@ def models(tmp_path_factory) -> tuple[GPT2, GPT2]:
   return target, draft
 
 @functools.cache
-def exact_joint(target: GPT2, L: int, settings: Sampling, prompt: tuple[int, ...] = tuple(PROMPT)) -> np.ndarray:
-  """The target's exact probability of each of the VOCAB**L continuations of prompt (index: the tokens read as a base-VOCAB number).
+def exact_joint(target: GPT2, L: int, settings: Sampling,
+                prompt: tuple[int, ...] = tuple(PROMPT)) -> np.ndarray:
+  """The target's exact probability of each of the VOCAB**L continuations of prompt (index: the tokens read as
+  a base-VOCAB number).
 
-  The chain rule on the target's own conditionals, each from a fresh forward pass at start_pos 0 on its prefix.
+  The chain rule on the target's own conditionals, each from a fresh forward pass at start_pos 0 on its
+  prefix.
   """
   joint = np.ones(1)
   for prefix_len in range(L):
@@ -146,89 +165,112 @@ def exact_joint(target: GPT2, L: int, settings: Sampling, prompt: tuple[int, ...
 
 def sampled_joint(target: GPT2, draft: GPT2 | NgramDraft, K: int, L: int, settings: Sampling, n: int,
                   prompt: list[int] = PROMPT) -> tuple[np.ndarray, dict[str, int]]:
-  """Counts of speculative_sample's first L tokens over seeds 0 .. n-1, and in how many samples each path of Algorithm 2 showed."""
+  """Counts of speculative_sample's first L tokens over seeds 0 .. n-1, and in how many samples each path of
+  Algorithm 2 showed."""
   counts = np.zeros(VOCAB ** L, dtype=np.int64)
-  paths = dict.fromkeys(("rejection", "all-accept round with its bonus", "round after a rejection", "round after a bonus"), 0)
+  paths = dict.fromkeys(("rejection", "all-accept round with its bonus", "round after a rejection",
+                         "round after a bonus"), 0)
   for seed in range(n):
-    tokens, origins, _ = speculative_sample(target, draft, prompt, L, K=K, temperature=settings.temperature, top_k=settings.top_k, top_p=settings.top_p,
-                                            seed=seed, eos=None)  # eos=None: GPT-2's eos id is not in this vocabulary anyway
-    counts[np.ravel_multi_index(tokens, (VOCAB,) * L)] += 1  # the tokens as a base-VOCAB number, as in exact_joint
+    # eos=None: GPT-2's eos id is not in this vocabulary anyway
+    tokens, origins, _ = speculative_sample(target, draft, prompt, L, K=K, temperature=settings.temperature,
+                                            top_k=settings.top_k, top_p=settings.top_p, seed=seed, eos=None)
+    # the tokens as a base-VOCAB number, as in exact_joint
+    counts[np.ravel_multi_index(tokens, (VOCAB,) * L)] += 1
     paths["rejection"] += "resampled" in origins
     paths["all-accept round with its bonus"] += "bonus" in origins
     paths["round after a rejection"] += "resampled" in origins[:-1]
     paths["round after a bonus"] += "bonus" in origins[:-1]
   return counts, paths
 
-# The grid. L = K + 2 new tokens: the window holds a whole all-accept round (K drafts and the bonus) plus the first
-# token of the next round, so every path of Algorithm 2 lands in it: a rejection, an all-accept round with its bonus,
-# and a second round after a rollback (or after the bonus), where the draft first catches up on what it has not fed.
+# The grid. L = K + 2 new tokens: the window holds a whole all-accept round (K drafts and the bonus) plus the
+# first token of the next round, so every path of Algorithm 2 lands in it: a rejection, an all-accept round
+# with its bonus, and a second round after a rollback (or after the bonus), where the draft first catches up
+# on what it has not fed.
 CASES: dict[str, tuple[int, Sampling]] = {
-  "K=1": (1, PLAIN), "K=2": (2, PLAIN), "K=4": (4, PLAIN),
-  "K=2, temperature 0.7": (2, Sampling(temperature=0.7)), "K=2, top-k 2": (2, Sampling(top_k=2)), "K=2, top-p 0.9": (2, Sampling(top_p=0.9)),
+  "K=1": (1, PLAIN),
+  "K=2": (2, PLAIN),
+  "K=4": (4, PLAIN),
+  "K=2, temperature 0.7": (2, Sampling(temperature=0.7)),
+  "K=2, top-k 2": (2, Sampling(top_k=2)),
+  "K=2, top-p 0.9": (2, Sampling(top_p=0.9)),
 }
-# N samples per case. Cost sets the scale: one speculative_sample call is 4 to 15 forward passes of a few ms each
-# (tinygrad's per-call overhead, not arithmetic), so N = 400 already takes most of the time budget. It is enough
-# power: every control of part 3 is rejected at this N with p < 1e-14, eight orders of magnitude below its 1e-6
-# bar (the weakest when written: "rollback keeps the rejected draft", 9e-15, and "resample from q", 1e-16). The
-# cells that expect >= 5 samples hold 90% of the target's mass for K=1, 70% for K=2 and 50% for K=4 (one bin pools the rest).
+# N samples per case. Cost sets the scale: one speculative_sample call is 4 to 15 forward passes of a few ms
+# each (tinygrad's per-call overhead, not arithmetic), so N = 400 already takes most of the time budget. It is
+# enough power: every control of part 3 is rejected at this N with p < 1e-14, eight orders of magnitude below
+# its 1e-6 bar (the weakest when written: "rollback keeps the rejected draft", 9e-15, and "resample from q",
+# 1e-16). The cells that expect >= 5 samples hold 90% of the target's mass for K=1, 70% for K=2 and 50% for
+# K=4 (one bin pools the rest).
 N_JOINT = 400
-ALPHA_JOINT = 1e-3 / len(CASES)  # Bonferroni over the grid: a correct sampler fails some case with probability <= 1e-3
+# Bonferroni over the grid: a correct sampler fails some case with probability <= 1e-3
+ALPHA_JOINT = 1e-3 / len(CASES)
 
 def joint_test(target: GPT2, draft: GPT2, case: str) -> tuple[float, dict[str, int]]:
-  """The test that every part-2 case and every control runs: N_JOINT samples, chi-square against the target's exact joint."""
+  """The test that every part-2 case and every control runs: N_JOINT samples, chi-square against the target's
+  exact joint."""
   K, settings = CASES[case]
   counts, paths = sampled_joint(target, draft, K, K + 2, settings, N_JOINT)
   return chisquare_pvalue(counts, exact_joint(target, K + 2, settings)), paths
 
 @pytest.mark.parametrize("case", CASES)
 def test_speculative_sample_keeps_the_targets_distribution(models: tuple[GPT2, GPT2], case: str):
-  """speculative_sample's first K + 2 tokens follow the target's exact joint distribution (Theorem 1), through every path."""
+  """speculative_sample's first K + 2 tokens follow the target's exact joint distribution (Theorem 1), through
+  every path."""
   pvalue, paths = joint_test(*models, case)
-  assert min(paths.values()) >= N_JOINT // 100, f"a path of Algorithm 2 is (almost) missing from the window: {paths}"
+  assert min(paths.values()) >= N_JOINT // 100, \
+    f"a path of Algorithm 2 is (almost) missing from the window: {paths}"
   assert pvalue > ALPHA_JOINT, f"p = {pvalue:.2e}; paths seen: {paths}"
 
 # ***** part 3: broken samplers (negative controls) that the same tests must reject *****
 # Each function below installs one bug by monkeypatching speculative.py's verify, sample or next_probs, which
-# speculative_sample looks up at call time. The test then runs unchanged, at the same N, and must give p < 1e-6.
+# speculative_sample looks up at call time. The test then runs unchanged, at the same N, and must give
+# p < 1e-6.
 #
 # Two bugs are missing on purpose, because no distribution test can see them: they are exact, only slower.
 # Dropping the bonus token (emit x̃_1..x̃_K after an all-accept round, and draw the next token in a new round)
-# still emits each token from q given its prefix (tried: p = 0.46 at K=2; part 2's path check fails on it instead,
-# as no round ends with a bonus). So does any bug in the draft's cache, since verify scores x̃ with the very p it
-# was drawn from (Theorem 1 holds for any draft).
+# still emits each token from q given its prefix (tried: p = 0.46 at K=2; part 2's path check fails on it
+# instead, as no round ends with a bonus). So does any bug in the draft's cache, since verify scores x̃ with
+# the very p it was drawn from (Theorem 1 holds for any draft).
 
 def accept_every_draft(monkeypatch: pytest.MonkeyPatch, target: GPT2 | None, draft: GPT2 | None) -> None:
   """verify without the test r < q(x̃)/p(x̃): every x̃ is kept, so the output follows the draft p."""
-  def broken(drafts, p, q, rng): return drafts + [sample(q[len(drafts)], rng)], ["accepted"] * len(drafts) + ["bonus"]
+  def broken(drafts, p, q, rng):
+    return drafts + [sample(q[len(drafts)], rng)], ["accepted"] * len(drafts) + ["bonus"]
   monkeypatch.setattr(speculative, "verify", broken)
 
 def resample_from_q(monkeypatch: pytest.MonkeyPatch, target: GPT2 | None, draft: GPT2 | None) -> None:
-  """A rejected x̃ is replaced by a draw from q instead of from (q - p)+: the mass that p and q share is emitted twice."""
+  """A rejected x̃ is replaced by a draw from q instead of from (q - p)+: the mass that p and q share is
+  emitted twice."""
   def broken(drafts, p, q, rng):
     new, came_from = verify(drafts, p, q, rng)
-    if came_from[-1] == "resampled": new[-1] = sample(q[len(new) - 1], rng)
+    if came_from[-1] == "resampled":
+      new[-1] = sample(q[len(new) - 1], rng)
     return new, came_from
   monkeypatch.setattr(speculative, "verify", broken)
 
 def argmax_draft(monkeypatch: pytest.MonkeyPatch, target: GPT2, draft: GPT2) -> None:
-  """The draft proposes its argmax, but verify scores x̃ with the draft's softmax p: x̃ is not drawn from the p it is scored with."""
+  """The draft proposes its argmax, but verify scores x̃ with the draft's softmax p: x̃ is not drawn from the
+  p it is scored with."""
   last = {"model": None}
   def probs(model, *args):
     last["model"] = model
     return next_probs(model, *args)
-  def draw(probs, rng):  # speculative_sample draws x̃ right after each draft forward pass: that draw turns greedy
+  # speculative_sample draws x̃ right after each draft forward pass: that draw turns greedy
+  def draw(probs, rng):
     return int(np.argmax(probs)) if last.pop("model", None) is draft else sample(probs, rng)
   monkeypatch.setattr(speculative, "next_probs", probs)
   monkeypatch.setattr(speculative, "sample", draw)
 
 def filter_only_the_draft(monkeypatch: pytest.MonkeyPatch, target: GPT2, draft: GPT2) -> None:
-  """top-k and top-p are applied to the draft's p but not to the target's q: the output follows the unfiltered target."""
+  """top-k and top-p are applied to the draft's p but not to the target's q: the output follows the unfiltered
+  target."""
   def probs(model, tokens, start_pos, n_out, settings):
-    return next_probs(model, tokens, start_pos, n_out, Sampling(settings.temperature) if model is target else settings)
+    return next_probs(model, tokens, start_pos, n_out,
+                      Sampling(settings.temperature) if model is target else settings)
   monkeypatch.setattr(speculative, "next_probs", probs)
 
 def score_one_position_late(monkeypatch: pytest.MonkeyPatch, target: GPT2, draft: GPT2) -> None:
-  """An off-by-one in the target's rows: x̃_t is checked against q(x|x_1..x_n, x̃_1..x̃_t) instead of q(x|x_1..x_n, x̃_1..x̃_{t-1})."""
+  """An off-by-one in the target's rows: x̃_t is checked against q(x|x_1..x_n, x̃_1..x̃_t) instead of
+  q(x|x_1..x_n, x̃_1..x̃_{t-1})."""
   def probs(model, *args):
     q = next_probs(model, *args)
     return np.concatenate([q[1:], q[-1:]]) if model is target else q
@@ -239,22 +281,29 @@ def keep_the_rejected_draft(monkeypatch: pytest.MonkeyPatch, target: GPT2, draft
   cached: list[int] = []  # the token at each position of the target's KV cache
   def probs(model, tokens, start_pos, n_out, settings):
     if model is target:
-      if 0 < start_pos < len(cached): tokens = cached[start_pos:start_pos + 1] + tokens[1:]  # a rollback: its first position is not rewritten
+      if 0 < start_pos < len(cached):
+        # a rollback: its first position is not rewritten
+        tokens = cached[start_pos:start_pos + 1] + tokens[1:]
       cached[start_pos:] = tokens
     return next_probs(model, tokens, start_pos, n_out, settings)
   monkeypatch.setattr(speculative, "next_probs", probs)
 
 Break = Callable[[pytest.MonkeyPatch, GPT2, GPT2], None]
 CONTROLS: dict[str, tuple[Break, str]] = {  # each bug, and the part-2 case whose test must catch it
-  "accept every draft": (accept_every_draft, "K=2"), "resample from q": (resample_from_q, "K=2"),
-  "argmax draft scored with its softmax": (argmax_draft, "K=2"), "top-k on the draft only": (filter_only_the_draft, "K=2, top-k 2"),
-  "target scored one position late": (score_one_position_late, "K=2"), "rollback keeps the rejected draft": (keep_the_rejected_draft, "K=2"),
-  "target scored one position late, K=4": (score_one_position_late, "K=4"),  # K=4's window is coarse (10 bins): it can still see this
+  "accept every draft": (accept_every_draft, "K=2"),
+  "resample from q": (resample_from_q, "K=2"),
+  "argmax draft scored with its softmax": (argmax_draft, "K=2"),
+  "top-k on the draft only": (filter_only_the_draft, "K=2, top-k 2"),
+  "target scored one position late": (score_one_position_late, "K=2"),
+  "rollback keeps the rejected draft": (keep_the_rejected_draft, "K=2"),
+  # K=4's window is coarse (10 bins): it can still see this
+  "target scored one position late, K=4": (score_one_position_late, "K=4"),
 }
 
 @pytest.mark.parametrize("name", CONTROLS)
 def test_broken_sampler_is_caught(models: tuple[GPT2, GPT2], monkeypatch: pytest.MonkeyPatch, name: str):
-  """A deliberately broken speculative_sample fails the same test at the same N with p < 1e-6: the test can see that bug."""
+  """A deliberately broken speculative_sample fails the same test at the same N with p < 1e-6: the test can
+  see that bug."""
   install_bug, case = CONTROLS[name]
   install_bug(monkeypatch, *models)
   pvalue, _ = joint_test(*models, case)
@@ -262,16 +311,18 @@ def test_broken_sampler_is_caught(models: tuple[GPT2, GPT2], monkeypatch: pytest
 
 @pytest.mark.parametrize("install_bug", [accept_every_draft, resample_from_q])
 def test_broken_step_is_caught(monkeypatch: pytest.MonkeyPatch, install_bug: Break):
-  """The one-step test, at the same N, rejects a verify that keeps every x̃ or resamples from q, with p < 1e-6."""
+  """The one-step test, at the same N, rejects a verify that keeps every x̃ or resamples from q, with
+  p < 1e-6."""
   install_bug(monkeypatch, None, None)
   assert min(step_pvalues(*PAIRS["p is q at temperature 2"])) < 1e-6
 
 # ***** part 4: a draft that is no model *****
-# Prompt lookup (speculative.NgramDraft) is deterministic: p is one-hot at each x̃, so x̃ is accepted with probability
-# q(x̃) and a rejection resamples from q with x̃ removed. The prompt repeats one token, so the first round proposes
-# (1, 1), which this target accepts often enough for all-accept rounds, and rejects often enough for resampling;
-# later rounds match what was generated, or find nothing and take a plain target step. Same N as part 2 (p = 0.35
-# when written; the broken control below gave 9e-15); one test, so its own threshold is 1e-3.
+# Prompt lookup (speculative.NgramDraft) is deterministic: p is one-hot at each x̃, so x̃ is accepted with
+# probability q(x̃) and a rejection resamples from q with x̃ removed. The prompt repeats one token, so the
+# first round proposes (1, 1), which this target accepts often enough for all-accept rounds, and rejects often
+# enough for resampling; later rounds match what was generated, or find nothing and take a plain target step.
+# Same N as part 2 (p = 0.35 when written; the broken control below gave 9e-15); one test, so its own
+# threshold is 1e-3.
 NGRAM_PROMPT, NGRAM_K = [1, 1, 1, 1], 2
 
 def ngram_test(target: GPT2) -> tuple[float, dict[str, int]]:
@@ -280,13 +331,16 @@ def ngram_test(target: GPT2) -> tuple[float, dict[str, int]]:
   return chisquare_pvalue(counts, exact_joint(target, L, PLAIN, tuple(NGRAM_PROMPT))), paths
 
 def test_ngram_draft_keeps_the_targets_distribution(models: tuple[GPT2, GPT2]):
-  """Theorem 1 with a deterministic draft: the first K + 2 tokens follow the target's exact joint distribution."""
+  """Theorem 1 with a deterministic draft: the first K + 2 tokens follow the target's exact joint
+  distribution."""
   pvalue, paths = ngram_test(models[0])
-  assert min(paths.values()) >= N_JOINT // 100, f"a path of Algorithm 2 is (almost) missing from the window: {paths}"
+  assert min(paths.values()) >= N_JOINT // 100, \
+    f"a path of Algorithm 2 is (almost) missing from the window: {paths}"
   assert pvalue > 1e-3, f"p = {pvalue:.2e}; paths seen: {paths}"
 
 def test_ngram_draft_resampling_from_q_is_caught(models: tuple[GPT2, GPT2], monkeypatch: pytest.MonkeyPatch):
-  """The n-gram case's own bug: after a rejection, drawing from q (x̃ included) instead of q with x̃ removed."""
+  """The n-gram case's own bug: after a rejection, drawing from q (x̃ included) instead of q with x̃
+  removed."""
   resample_from_q(monkeypatch, None, None)
   pvalue, _ = ngram_test(models[0])
   assert pvalue < 1e-6, f"p = {pvalue:.2e}: the test at N = {N_JOINT} no longer sees this bug"

@@ -1,4 +1,5 @@
-"""gpt2.py: logits match Hugging Face transformers, and the KV cache is exact under decoding, block scoring and rollback."""
+"""gpt2.py: logits match Hugging Face transformers, and the KV cache is exact under decoding, block scoring
+and rollback."""
 import gc
 import numpy as np, pytest
 from tinygrad import Tensor, dtypes
@@ -8,12 +9,14 @@ from tiny import hub_tensors, write_checkpoint
 from sampling import Sampling
 from weights import load_model
 
-NEEDS_HF = "the comparison with Hugging Face transformers needs torch and transformers: see requirements-hf.txt"
+NEEDS_HF = ("the comparison with Hugging Face transformers needs torch and transformers: "
+            "see requirements-hf.txt")
 
 def logits(model, tokens: list[int], start_pos: int) -> np.ndarray:
   return model(tokens, start_pos).numpy()[0]
 
-# (n_layer, n_head, n_embd, vocab_size, n_ctx): an odd head count, a head dim that is no power of two, GPT-2's full vocabulary
+# (n_layer, n_head, n_embd, vocab_size, n_ctx): an odd head count, a head dim that is no power of two,
+# GPT-2's full vocabulary
 HF_SHAPES = [(2, 4, 32, 100, 64), (3, 3, 48, 257, 128), (1, 5, 40, 50257, 32)]
 
 @pytest.mark.parametrize("shape", HF_SHAPES)
@@ -22,57 +25,69 @@ def test_logits_match_transformers(tmp_path, shape):
   transformers = pytest.importorskip("transformers", reason=NEEDS_HF)
   n_layer, n_head, n_embd, vocab_size, n_ctx = shape
   torch.manual_seed(0)
-  config = transformers.GPT2Config(n_layer=n_layer, n_head=n_head, n_embd=n_embd, vocab_size=vocab_size, n_positions=n_ctx, initializer_range=0.3)
+  config = transformers.GPT2Config(n_layer=n_layer, n_head=n_head, n_embd=n_embd, vocab_size=vocab_size,
+                                   n_positions=n_ctx, initializer_range=0.3)
   hf = transformers.GPT2LMHeadModel(config).eval()
   hf.save_pretrained(tmp_path)
   tokens = np.random.default_rng(1).integers(0, vocab_size, n_ctx // 2).tolist()
-  with torch.no_grad(): expected = hf(torch.tensor([tokens])).logits[0].numpy()
+  with torch.no_grad():
+    expected = hf(torch.tensor([tokens])).logits[0].numpy()
   got = logits(load_model(str(tmp_path)), tokens, 0)
   assert expected.std() > 0.1, "the reference logits are too flat to tell models apart"
   assert np.abs(got - expected).max() <= 1e-4
 
 def test_tiny_checkpoints_have_the_hub_layout(tmp_path):
-  """tests/tiny.py writes what transformers writes: same tensor names, shapes and dtype (the Hub keeps no 'transformer.' prefix)."""
+  """tests/tiny.py writes what transformers writes: same tensor names, shapes and dtype (the Hub keeps no
+  'transformer.' prefix)."""
   transformers = pytest.importorskip("transformers", reason=NEEDS_HF)
-  safetensors = pytest.importorskip("safetensors.numpy", reason="layout check needs safetensors, which transformers installs")
-  transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=2, n_head=2, n_embd=32, vocab_size=64, n_positions=128)).save_pretrained(tmp_path)
-  hf = {k.removeprefix("transformer."): (v.shape, v.dtype) for k, v in safetensors.load_file(tmp_path / "model.safetensors").items()}
-  ours = {k: (v.shape, v.dtype) for k, v in hub_tensors(2, 2, 32, 64, 128, 0, 0.5).items() if not k.endswith(".attn.bias")}
+  safetensors = pytest.importorskip("safetensors.numpy",
+                                    reason="layout check needs safetensors, which transformers installs")
+  config = transformers.GPT2Config(n_layer=2, n_head=2, n_embd=32, vocab_size=64, n_positions=128)
+  transformers.GPT2LMHeadModel(config).save_pretrained(tmp_path)
+  hf = {k.removeprefix("transformer."): (v.shape, v.dtype)
+        for k, v in safetensors.load_file(tmp_path / "model.safetensors").items()}
+  ours = {k: (v.shape, v.dtype) for k, v in hub_tensors(2, 2, 32, 64, 128, 0, 0.5).items()
+          if not k.endswith(".attn.bias")}
   assert ours == hf
 
 @pytest.fixture(scope="module")
 def tiny_pair(tmp_path_factory):
-  folder = write_checkpoint(tmp_path_factory.mktemp("tiny"), n_layer=2, n_head=3, n_embd=48, vocab_size=101, n_ctx=96, seed=3)
-  return load_model(str(folder)), load_model(str(folder))  # the model under test, and a reference that recomputes from scratch
+  folder = write_checkpoint(tmp_path_factory.mktemp("tiny"), n_layer=2, n_head=3, n_embd=48, vocab_size=101,
+                            n_ctx=96, seed=3)
+  # the model under test, and a reference that recomputes from scratch
+  return load_model(str(folder)), load_model(str(folder))
 
 def test_cache_is_exact(tiny_pair):
-  """Decode token by token, score blocks of K+1, roll back to random earlier positions: every logit matches a full recompute."""
+  """Decode token by token, score blocks of K+1, roll back to random earlier positions: every logit matches a
+  full recompute."""
   model, ref = tiny_pair
   rng = np.random.default_rng(0)
   for _ in range(3):
     seq = rng.integers(0, 101, 90).tolist()
     full = logits(ref, seq, 0)
     n = int(rng.integers(1, 12))
-    assert np.abs(logits(model, seq[:n], 0) - full[:n]).max() <= 1e-4                  # prefill of any length
+    assert np.abs(logits(model, seq[:n], 0) - full[:n]).max() <= 1e-4  # prefill of any length
     while n < 80:
-      T = int(rng.choice([1, 3, 5]))                                                    # a decode step, or K+1 with K = 2, 4
+      T = int(rng.choice([1, 3, 5]))  # a decode step, or K+1 with K = 2, 4
       assert np.abs(logits(model, seq[n:n + T], n) - full[n:n + T]).max() <= 1e-4
-      n = n + T if rng.random() < 0.7 else int(rng.integers(1, n + T))                  # keep all, or roll back
+      n = n + T if rng.random() < 0.7 else int(rng.integers(1, n + T))  # keep all, or roll back
 
 def test_steady_state_compiles_nothing(tiny_pair):
   """T=1 and T=K+1 replay their TinyJit: after two warm-up calls, calls at new positions compile no kernel."""
   model, _ = tiny_pair
   logits(model, list(range(10)), 0)
   for T in (1, 5):
-    for pos in (10, 11, 12): logits(model, [7] * T, pos)
+    for pos in (10, 11, 12):
+      logits(model, [7] * T, pos)
   compiled = len(to_program_cache)
   for pos in (20, 33, 47):
-    for T in (1, 5): logits(model, [7] * T, pos)
+    for T in (1, 5):
+      logits(model, [7] * T, pos)
   assert len(to_program_cache) == compiled
 
 def test_steady_state_schedules_nothing(tiny_pair, monkeypatch):
-  """After its first two calls, a compiled step takes its ids and start_pos as bound Variables: no tensor is built and
-  scheduled per call (that host work cost more than the kernels), only the replay."""
+  """After its first two calls, a compiled step takes its ids and start_pos as bound Variables: no tensor is
+  built and scheduled per call (that host work cost more than the kernels), only the replay."""
   model, _ = tiny_pair
   for pos in (10, 11):
     model([7] * 5, pos, last=5, head=Sampling()).numpy()
@@ -83,7 +98,8 @@ def test_steady_state_schedules_nothing(tiny_pair, monkeypatch):
   assert scheduled == []
 
 def test_dropping_a_model_frees_its_memory(tmp_path):
-  """The compiled steps belong to the model: once it is gone, its weights, caches and compiled steps are freed."""
+  """The compiled steps belong to the model: once it is gone, its weights, caches and compiled steps are
+  freed."""
   folder = write_checkpoint(tmp_path, n_layer=2, n_head=2, n_embd=32, vocab_size=64, n_ctx=32)
   gc.collect()
   before = GlobalCounters.mem_used
@@ -99,7 +115,8 @@ def test_dropping_a_model_frees_its_memory(tmp_path):
 def test_float16_weights_give_float32_logits(tmp_path):
   folder = write_checkpoint(tmp_path, std=0.2)
   tokens = list(range(20))
-  full, half = logits(load_model(str(folder)), tokens, 0), logits(load_model(str(folder), dtype=dtypes.float16), tokens, 0)
+  full = logits(load_model(str(folder)), tokens, 0)
+  half = logits(load_model(str(folder), dtype=dtypes.float16), tokens, 0)
   assert half.dtype == np.float32 and np.abs(half - full).max() < 0.05 * np.abs(full).max()
 
 def test_positions_past_the_context_are_refused(tiny_pair):
@@ -107,7 +124,8 @@ def test_positions_past_the_context_are_refused(tiny_pair):
     logits(tiny_pair[0], [1, 2], 95)
 
 def test_long_input_is_fed_in_blocks(tiny_pair):
-  """An input longer than BLOCK tokens (a prompt) goes through the compiled steps block by block, with the same logits."""
+  """An input longer than BLOCK tokens (a prompt) goes through the compiled steps block by block, with the
+  same logits."""
   model, ref = tiny_pair
   seq = np.random.default_rng(5).integers(0, 101, 40).tolist()
   full = logits(ref, seq, 0)

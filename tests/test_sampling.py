@@ -1,11 +1,13 @@
-"""sampling.py: top-k and top-p found without sorting give exactly the definitions' tokens; sample() draws by weight."""
+"""sampling.py: top-k and top-p found without sorting give exactly the definitions' tokens; sample() draws by
+weight."""
 import numpy as np, pytest
 from tinygrad import Tensor
 from sampling import Sampling, sample
 
 def reference(logits: np.ndarray, k: int, p: float) -> tuple[np.ndarray, np.ndarray]:
-  """The definitions in NumPy, by sorting: top-k keeps logits >= the k-th largest; top-p keeps a token if the mass of
-  the tokens sorted before it is < p. Returns the probabilities and, per token, the mass strictly above it."""
+  """The definitions in NumPy, by sorting: top-k keeps logits >= the k-th largest; top-p keeps a token if the
+  mass of the tokens sorted before it is < p.
+  Returns the probabilities and, per token, the mass strictly above it."""
   z = logits.astype(np.float32)
   if k:
     kth = np.sort(z, -1)[..., -min(k, z.shape[-1])][..., None]
@@ -21,13 +23,16 @@ def reference(logits: np.ndarray, k: int, p: float) -> tuple[np.ndarray, np.ndar
   return probs, above
 
 # k = 1, a middle k, k = V and past it; p keeping one token, about half, most; both together
-CASES = [(V, 3, k, p, ties) for V in (6, 2000) for k, p in [(1, 1.0), (5, 1.0), (V, 1.0), (0, 0.01), (0, 0.5), (0, 0.9),
-                                                            (3, 0.9), (V + 3, 0.8)] for ties in (False, True)]
+CASES = [(V, 3, k, p, ties) for V in (6, 2000)
+         for k, p in [(1, 1.0), (5, 1.0), (V, 1.0), (0, 0.01), (0, 0.5), (0, 0.9),
+                      (3, 0.9), (V + 3, 0.8)]
+         for ties in (False, True)]
 
 @pytest.mark.parametrize("V,rows,k,p,ties", CASES)
 def test_filters_keep_exactly_the_definitions_tokens(V, rows, k, p, ties):
-  """Same kept tokens as the sorting definitions, ties with the k-th (or with the top-p cut-off) kept. top-p decides
-  on float32 sums, as any implementation does: a token whose mass-above is within 1e-5 of p may fall either side."""
+  """Same kept tokens as the sorting definitions, ties with the k-th (or with the top-p cut-off) kept. top-p
+  decides on float32 sums, as any implementation does: a token whose mass-above is within 1e-5 of p may fall
+  either side."""
   rng = np.random.default_rng(V * 100 + rows * 10 + k)
   logits = rng.normal(0, 3, (rows, V)).astype(np.float32)
   if ties:

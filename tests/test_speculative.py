@@ -1,5 +1,5 @@
-"""speculative.py: greedy equals Algorithm 1, a perfect draft is always accepted, the stopping rules hold, and the CLI
-works as a user runs it, with one clear sentence for bad input."""
+"""speculative.py: greedy equals Algorithm 1, a perfect draft is always accepted, the stopping rules hold, and
+the CLI works as a user runs it, with one clear sentence for bad input."""
 import subprocess
 import numpy as np, pytest
 from tinygrad import Tensor
@@ -13,24 +13,30 @@ PROMPT = [5, 17, 2, 33]
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-  """A target, a draft that often agrees with it (the same weights, scaled), and a second copy of the target."""
+  """A target, a draft that often agrees with it (the same weights, scaled), and a second copy of the
+  target."""
   root = tmp_path_factory.mktemp("models")
-  target = write_checkpoint(root / "target", n_layer=2, n_head=2, n_embd=32, vocab_size=64, n_ctx=48, seed=1, std=0.3)
-  draft = write_checkpoint(root / "draft", n_layer=2, n_head=2, n_embd=32, vocab_size=64, n_ctx=48, seed=1, std=0.2)
+  target = write_checkpoint(root / "target", n_layer=2, n_head=2, n_embd=32, vocab_size=64, n_ctx=48, seed=1,
+                            std=0.3)
+  draft = write_checkpoint(root / "draft", n_layer=2, n_head=2, n_embd=32, vocab_size=64, n_ctx=48, seed=1,
+                           std=0.2)
   return load_model(str(target)), load_model(str(draft)), load_model(str(target))
 
 @pytest.mark.parametrize("K", range(1, 7))
 def test_greedy_speculative_equals_greedy_autoregressive(models, K):
-  """At temperature 0, Algorithm 2 emits exactly Algorithm 1's tokens, through rejections and bonus tokens alike."""
+  """At temperature 0, Algorithm 2 emits exactly Algorithm 1's tokens, through rejections and bonus tokens
+  alike."""
   target, draft, _ = models
   expected, _ = autoregressive_sample(target, PROMPT, 30, temperature=0)
   got, origins, stats = speculative_sample(target, draft, PROMPT, 30, K=K, temperature=0)
   assert got == expected
   assert {"accepted", "resampled", "bonus"} <= set(origins)  # the run went through every branch of verify
 
-@pytest.mark.parametrize("settings", [dict(), dict(top_k=5), dict(top_p=0.8), dict(temperature=0.7, top_k=10, top_p=0.9)])
+@pytest.mark.parametrize("settings", [dict(), dict(top_k=5), dict(top_p=0.8),
+                                      dict(temperature=0.7, top_k=10, top_p=0.9)])
 def test_a_draft_equal_to_the_target_is_always_accepted(models, settings):
-  """With p = q, r·p(x̃) < q(x̃) holds for every r < 1: α̂ = 1 exactly, and every round ends with a bonus token."""
+  """With p = q, r·p(x̃) < q(x̃) holds for every r < 1: α̂ = 1 exactly, and every round ends with a bonus
+  token."""
   target, _, copy = models
   tokens, origins, stats = speculative_sample(target, copy, PROMPT, 40, K=4, seed=3, **settings)
   assert stats.acceptance_rate == 1.0 and "resampled" not in origins and len(tokens) == 40
@@ -64,13 +70,18 @@ def test_never_runs_past_the_context(models):
 def test_ngram_draft_proposes_what_followed_the_latest_match():
   draft, rng = NgramDraft(max_n=3), np.random.default_rng(0)
   x = [1, 2, 3, 9, 1, 2, 3, 4, 5, 7, 2, 3]
-  assert draft.propose(x, 4, None, rng) == ([4, 5, 7, 2], None)          # (2, 3) last seen before 4; no 3-gram match
-  assert draft.propose(x + [4], 2, None, rng) == ([5, 7], None)          # the 3-gram (2, 3, 4): the longest match wins
-  assert draft.propose([5, 6, 7, 8], 3, None, rng) == ([], None)          # nothing matches: propose nothing
-  assert draft.propose([5, 6, 5], 3, None, rng) == ([6, 5], None)         # at most what follows the match
+  # (2, 3) last seen before 4; no 3-gram match
+  assert draft.propose(x, 4, None, rng) == ([4, 5, 7, 2], None)
+  # the 3-gram (2, 3, 4): the longest match wins
+  assert draft.propose(x + [4], 2, None, rng) == ([5, 7], None)
+  # nothing matches: propose nothing
+  assert draft.propose([5, 6, 7, 8], 3, None, rng) == ([], None)
+  # at most what follows the match
+  assert draft.propose([5, 6, 5], 3, None, rng) == ([6, 5], None)
 
 def test_greedy_with_ngram_draft_equals_greedy_autoregressive(models):
-  """--draft ngram --temperature 0 emits exactly the target's greedy continuation, through matches and misses."""
+  """--draft ngram --temperature 0 emits exactly the target's greedy continuation, through matches and
+  misses."""
   target = models[0]
   prompt = PROMPT * 3
   expected, _ = autoregressive_sample(target, prompt, 30, temperature=0)
@@ -79,9 +90,10 @@ def test_greedy_with_ngram_draft_equals_greedy_autoregressive(models):
   assert {"accepted", "resampled", "target"} <= set(origins) and stats.drafted > 0
 
 def test_acceptance_rate_counts_every_check(models, monkeypatch):
-  """α̂ has one definition, Stats.acceptance_rate = accepted / checked drafts, counting every check that verify made,
-  also those of a last round that max-new-tokens cuts. Recounting from verify's own answers must give the same; a
-  count from the emitted tokens' origins (once used by the notebooks) differs when a cut drops accepted drafts."""
+  """α̂ has one definition, Stats.acceptance_rate = accepted / checked drafts, counting every check that
+  verify made, also those of a last round that max-new-tokens cuts. Recounting from verify's own answers must
+  give the same; a count from the emitted tokens' origins (once used by the notebooks) differs when a cut
+  drops accepted drafts."""
   target, draft, _ = models
   checks = []
   def counted(drafts, p, q, rng):
@@ -95,27 +107,36 @@ def test_acceptance_rate_counts_every_check(models, monkeypatch):
       runs.append(speculative_sample(target, draft, PROMPT, max_new, K=4, seed=seed))
       assert runs[-1][2].acceptance_rate == checks.count("accepted") / len(checks)
       checks.clear()
-  from_origins = [o.count("accepted") / max(o.count("accepted") + o.count("resampled"), 1) for _, o, _ in runs]
-  assert any(a != s.acceptance_rate for a, (_, _, s) in zip(from_origins, runs))  # the cut rounds make a difference
+  from_origins = [o.count("accepted") / max(o.count("accepted") + o.count("resampled"), 1)
+                  for _, o, _ in runs]
+  # the cut rounds make a difference
+  assert any(a != s.acceptance_rate for a, (_, _, s) in zip(from_origins, runs))
 
 def test_stats_say_what_stopped_the_run(models):
   target, draft, copy = models
   assert speculative_sample(target, draft, PROMPT, 5)[2].stopped_by == "max-new-tokens"
   assert speculative_sample(target, draft, list(range(44)), 100, eos=None)[2].stopped_by == "the context"
   greedy, _ = autoregressive_sample(target, PROMPT, 20, temperature=0, eos=None)
-  assert speculative_sample(target, copy, PROMPT, 20, temperature=0, eos=greedy[3])[2].stopped_by == "end-of-text"
+  assert speculative_sample(target, copy, PROMPT, 20, temperature=0,
+                            eos=greedy[3])[2].stopped_by == "end-of-text"
 
 def test_to_probs_filters_as_documented():
   """Temperature, top-k and top-p against a plain NumPy reading of their definitions."""
   logits = np.array([[2.0, 1.0, 0.5, 0.5, -1.0, 3.0]], np.float32)
-  def softmax(z): e = np.exp(z - z.max()); return e / e.sum()
+  def softmax(z):
+    e = np.exp(z - z.max())
+    return e / e.sum()
   probs = lambda **kw: Sampling(**kw)(Tensor(logits)).numpy()[0]
   assert np.array_equal(probs(temperature=0), np.eye(6)[5])
   np.testing.assert_allclose(probs(temperature=0.5), softmax(logits[0] / 0.5), atol=1e-6)
-  np.testing.assert_allclose(probs(top_k=2), softmax(np.where(logits[0] >= 2.0, logits[0], -np.inf)), atol=1e-6)
-  np.testing.assert_allclose(probs(top_k=3), softmax(np.where(logits[0] >= 1.0, logits[0], -np.inf)), atol=1e-6)
-  full = softmax(logits[0])  # sorted: 0.60, 0.22, 0.08, ... so top-p 0.7 keeps the first two, top-p 0.5 only the first
-  np.testing.assert_allclose(probs(top_p=0.7), np.where(full >= full[0], full, 0) / full[[5, 0]].sum(), atol=1e-6)
+  np.testing.assert_allclose(probs(top_k=2), softmax(np.where(logits[0] >= 2.0, logits[0], -np.inf)),
+                             atol=1e-6)
+  np.testing.assert_allclose(probs(top_k=3), softmax(np.where(logits[0] >= 1.0, logits[0], -np.inf)),
+                             atol=1e-6)
+  # sorted: 0.60, 0.22, 0.08, ... so top-p 0.7 keeps the first two, top-p 0.5 only the first
+  full = softmax(logits[0])
+  np.testing.assert_allclose(probs(top_p=0.7), np.where(full >= full[0], full, 0) / full[[5, 0]].sum(),
+                             atol=1e-6)
   assert np.array_equal(probs(top_p=0.5) > 0, np.eye(6, dtype=bool)[5])
 
 def test_verify_rejects_what_the_target_cannot_emit():
@@ -135,32 +156,38 @@ def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def gpt2_vocab_models(tmp_path_factory):
   """Tiny depth and width, GPT-2's full 50257-token vocabulary, so the real tokenizer applies."""
-  if not TOKENIZER_DIR.is_dir(): pytest.skip(f"the GPT-2 tokenizer files are not in {TOKENIZER_DIR} (see tests/tiny.py)")
+  if not TOKENIZER_DIR.is_dir():
+    pytest.skip(f"the GPT-2 tokenizer files are not in {TOKENIZER_DIR} (see tests/tiny.py)")
   root = tmp_path_factory.mktemp("cli")
   shape = dict(n_layer=1, n_head=2, n_embd=16, vocab_size=50257, n_ctx=64, seed=4)
-  return [str(write_checkpoint(root / "target", std=0.5, **shape)), str(write_checkpoint(root / "draft", std=0.45, **shape)),
+  return [str(write_checkpoint(root / "target", std=0.5, **shape)),
+          str(write_checkpoint(root / "draft", std=0.45, **shape)),
           "--tokenizer", str(TOKENIZER_DIR)]
 
 def test_cli_prints_text_and_stats(gpt2_vocab_models):
   target, draft, *tok = gpt2_vocab_models
-  args = ["--prompt", "Alan Turing theorized that", "--target", target, "--draft", draft, *tok, "--max-new-tokens", "12", "--seed", "1"]
+  args = ["--prompt", "Alan Turing theorized that", "--target", target, "--draft", draft, *tok,
+          "--max-new-tokens", "12", "--seed", "1"]
   first, second = cli(*args), cli(*args)
   assert first.returncode == 0, first.stderr
-  assert first.stdout.startswith("Alan Turing theorized that") and "acceptance rate α̂" in first.stdout and "new tokens            12" in first.stdout
+  assert (first.stdout.startswith("Alan Turing theorized that") and "acceptance rate α̂" in first.stdout
+          and "new tokens            12" in first.stdout)
   text = lambda out: out.split("\n\n---")[0]
   assert text(first.stdout) == text(second.stdout)  # same seed, same tokens
 
 def test_cli_compare_and_trace(gpt2_vocab_models):
   target, draft, *tok = gpt2_vocab_models
-  out = cli("--prompt", "Hello", "--target", target, "--draft", draft, *tok, "--max-new-tokens", "10", "--compare", "--trace", "-K", "3")
+  out = cli("--prompt", "Hello", "--target", target, "--draft", draft, *tok, "--max-new-tokens", "10",
+            "--compare", "--trace", "-K", "3")
   assert out.returncode == 0, out.stderr
-  assert "Algorithm 1 (auto-regressive)" in out.stdout and "x measured" in out.stdout and "\033[3" in out.stdout
+  assert ("Algorithm 1 (auto-regressive)" in out.stdout and "x measured" in out.stdout
+          and "\033[3" in out.stdout)
 
 def test_cli_ngram_draft_greedy_prints_the_targets_greedy_text(gpt2_vocab_models):
   """--draft ngram --temperature 0 --compare: Algorithm 2's text is exactly Algorithm 1's greedy text."""
   target, _, *tok = gpt2_vocab_models
-  out = cli("--prompt", "one two one two one two", "--target", target, "--draft", "ngram", *tok, "--temperature", "0",
-            "--max-new-tokens", "16", "--compare")
+  out = cli("--prompt", "one two one two one two", "--target", target, "--draft", "ngram", *tok,
+            "--temperature", "0", "--max-new-tokens", "16", "--compare")
   assert out.returncode == 0, out.stderr
   alg2 = out.stdout.split("\n\n--- Algorithm 2")[0]
   alg1 = out.stdout.split("\n\n--- Algorithm 1")[0].rsplit("\n\n", 1)[-1].strip()
@@ -184,12 +211,17 @@ def bad_inputs(target: str, draft: str, tokenizer: list[str], small_vocab: str, 
     "top-k < 0": (["--prompt", "Hi", "--top-k", "-2", *ok], "top-k is -2"),
     "top-p of 0": (["--prompt", "Hi", "--top-p", "0", *ok], "(0, 1]"),
     "top-p above 1": (["--prompt", "Hi", "--top-p", "1.5", *ok], "(0, 1]"),
-    "unknown model": (["--prompt", "Hi", "--target", "gpt5", "--draft", draft, *tokenizer], "Unknown model 'gpt5'"),
-    "not a checkpoint": (["--prompt", "Hi", "--target", target, "--draft", not_a_checkpoint, *tokenizer], "not a GPT-2 checkpoint"),
-    "different vocabularies": (["--prompt", "Hi", "--target", target, "--draft", small_vocab, *tokenizer], "vocabulary"),
+    "unknown model": (["--prompt", "Hi", "--target", "gpt5", "--draft", draft, *tokenizer],
+                      "Unknown model 'gpt5'"),
+    "not a checkpoint": (["--prompt", "Hi", "--target", target, "--draft", not_a_checkpoint, *tokenizer],
+                         "not a GPT-2 checkpoint"),
+    "different vocabularies": (["--prompt", "Hi", "--target", target, "--draft", small_vocab, *tokenizer],
+                               "vocabulary"),
     "unknown device": (["--prompt", "Hi", "--device", "NOPE", *ok], "device NOPE is not usable here"),
-    "no network": (["--prompt", "Hi", "--target", "gpt2", "--draft", draft, *tokenizer], "Could not download"),
-    "n-gram length < 1": (["--prompt", "Hi", "--draft", "ngram", "--ngram-max", "0", "--target", target, *tokenizer],
+    "no network": (["--prompt", "Hi", "--target", "gpt2", "--draft", draft, *tokenizer],
+                   "Could not download"),
+    "n-gram length < 1": (["--prompt", "Hi", "--draft", "ngram", "--ngram-max", "0", "--target", target,
+                           *tokenizer],
                           "n-gram length is 0"),
   }
 
@@ -197,8 +229,10 @@ def test_cli_bad_input_gets_one_sentence_and_exit_2(gpt2_vocab_models, tmp_path)
   target, draft, *tok = gpt2_vocab_models
   small = str(write_checkpoint(tmp_path / "small", n_layer=1, n_head=2, n_embd=16, vocab_size=64, n_ctx=64))
   (tmp_path / "empty").mkdir()
-  no_network = {"HF_ENDPOINT": "http://127.0.0.1:9", "XDG_CACHE_HOME": str(tmp_path / "cache")}  # port 9 (discard) refuses
+  # port 9 (discard) refuses
+  no_network = {"HF_ENDPOINT": "http://127.0.0.1:9", "XDG_CACHE_HOME": str(tmp_path / "cache")}
   for case, (args, message) in bad_inputs(target, draft, tok, small, str(tmp_path / "empty")).items():
     out = cli(*args, env=no_network)
     assert out.returncode == 2 and message in out.stderr, f"{case}: {out.stderr}"
-    assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1, f"{case}: {out.stderr}"
+    assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1, \
+      f"{case}: {out.stderr}"

@@ -1,23 +1,31 @@
-"""Tiny random-weight GPT-2 checkpoints, written in the Hugging Face Hub's exact layout, for tests that need a model."""
+"""Tiny random-weight GPT-2 checkpoints, written in the Hugging Face Hub's exact layout, for tests that need a
+model."""
 from __future__ import annotations
 import json, os, pathlib, subprocess, sys
 import numpy as np
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-TOKENIZER_DIR = REPO.parent / "shared" / "gpt2-tokenizer"  # GPT-2's BPE files, beside the checkout (see its README)
+# GPT-2's BPE files, beside the checkout (see its README)
+TOKENIZER_DIR = REPO.parent / "shared" / "gpt2-tokenizer"
 
-def hub_tensors(n_layer: int, n_head: int, n_embd: int, vocab_size: int, n_ctx: int, seed: int, std: float) -> dict[str, np.ndarray]:
-  """openai-community/gpt2's tensor names, shapes and dtype (float32, Conv1D weights stored (in, out)), random values."""
+def hub_tensors(n_layer: int, n_head: int, n_embd: int, vocab_size: int, n_ctx: int, seed: int,
+                std: float) -> dict[str, np.ndarray]:
+  """openai-community/gpt2's tensor names, shapes and dtype (float32, Conv1D weights stored (in, out)), random
+  values."""
   rng, C = np.random.default_rng(seed), n_embd
   shapes = {"wte.weight": (vocab_size, C), "wpe.weight": (n_ctx, C), "ln_f.weight": (C,), "ln_f.bias": (C,)}
   for i in range(n_layer):
-    shapes |= {f"h.{i}.ln_1.weight": (C,), f"h.{i}.ln_1.bias": (C,), f"h.{i}.ln_2.weight": (C,), f"h.{i}.ln_2.bias": (C,),
+    shapes |= {f"h.{i}.ln_1.weight": (C,), f"h.{i}.ln_1.bias": (C,),
+               f"h.{i}.ln_2.weight": (C,), f"h.{i}.ln_2.bias": (C,),
                f"h.{i}.attn.c_attn.weight": (C, 3 * C), f"h.{i}.attn.c_attn.bias": (3 * C,),
                f"h.{i}.attn.c_proj.weight": (C, C), f"h.{i}.attn.c_proj.bias": (C,),
                f"h.{i}.mlp.c_fc.weight": (C, 4 * C), f"h.{i}.mlp.c_fc.bias": (4 * C,),
                f"h.{i}.mlp.c_proj.weight": (4 * C, C), f"h.{i}.mlp.c_proj.bias": (C,)}
-  tensors = {k: (rng.normal(0, std, s) + (k.split(".")[-2].startswith("ln") and k.endswith("weight"))).astype(np.float32) for k, s in shapes.items()}
-  for i in range(n_layer): tensors[f"h.{i}.attn.bias"] = np.tril(np.ones((n_ctx, n_ctx), np.float32))[None, None]  # the Hub's causal-mask buffer
+  tensors = {k: (rng.normal(0, std, s) + (k.split(".")[-2].startswith("ln") and k.endswith("weight")))
+                .astype(np.float32) for k, s in shapes.items()}
+  for i in range(n_layer):
+    # the Hub's causal-mask buffer
+    tensors[f"h.{i}.attn.bias"] = np.tril(np.ones((n_ctx, n_ctx), np.float32))[None, None]
   return tensors
 
 def run_script(script: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -25,20 +33,25 @@ def run_script(script: str, *args: str, env: dict | None = None) -> subprocess.C
   return subprocess.run([sys.executable, str(REPO / script), *args], capture_output=True, text=True, cwd=REPO,
                         env={**os.environ, "DEV": os.environ.get("DEV", "CPU"), **(env or {})}, timeout=600)
 
-def write_checkpoint(folder: str | pathlib.Path, *, n_layer: int = 2, n_head: int = 2, n_embd: int = 32, vocab_size: int = 64,
-                     n_ctx: int = 128, seed: int = 0, std: float = 0.5) -> pathlib.Path:
+def write_checkpoint(folder: str | pathlib.Path, *, n_layer: int = 2, n_head: int = 2, n_embd: int = 32,
+                     vocab_size: int = 64, n_ctx: int = 128, seed: int = 0, std: float = 0.5) -> pathlib.Path:
   """Write config.json and model.safetensors for a random GPT-2 of the given shape; return the folder."""
-  folder = pathlib.Path(folder); folder.mkdir(parents=True, exist_ok=True)
-  config = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5,
-            "n_layer": n_layer, "n_head": n_head, "n_embd": n_embd, "vocab_size": vocab_size, "n_positions": n_ctx, "n_ctx": n_ctx}
+  folder = pathlib.Path(folder)
+  folder.mkdir(parents=True, exist_ok=True)
+  config = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "activation_function": "gelu_new",
+            "layer_norm_epsilon": 1e-5, "n_layer": n_layer, "n_head": n_head, "n_embd": n_embd,
+            "vocab_size": vocab_size, "n_positions": n_ctx, "n_ctx": n_ctx}
   (folder / "config.json").write_text(json.dumps(config, indent=2))
-  save_safetensors(hub_tensors(n_layer, n_head, n_embd, vocab_size, n_ctx, seed, std), folder / "model.safetensors")
+  save_safetensors(hub_tensors(n_layer, n_head, n_embd, vocab_size, n_ctx, seed, std),
+                   folder / "model.safetensors")
   return folder
 
 def save_safetensors(tensors: dict[str, np.ndarray], path: pathlib.Path) -> None:
-  """The safetensors format by hand (8-byte header size, JSON header, raw little-endian data), as the Hub stores it.
+  """The safetensors format by hand (8-byte header size, JSON header, raw little-endian data), as the Hub
+  stores it.
 
-  Written with NumPy alone, independent of the tinygrad code under test, and so usable on any DEV (no CPU compiler needed).
+  Written with NumPy alone, independent of the tinygrad code under test, and so usable on any DEV (no CPU
+  compiler needed).
   """
   header, offset = {"__metadata__": {"format": "pt"}}, 0
   for name, a in tensors.items():
