@@ -157,8 +157,9 @@ class GPT2:
     if not 1 <= last <= T:
       raise ValueError(f"last is {last}: it must be in 1..{T}, the number of tokens")
     self.make_cache()
-    # a long input goes in blocks of BLOCK tokens first, keeping the last `last` tokens for the final call
+    # a long input goes in blocks of up to BLOCK tokens first, keeping at least the last `last` for the final call
     while T > max(BLOCK, last):
-      self.step(ids[:BLOCK], start_pos, 1, head)
-      ids, start_pos, T = ids[BLOCK:], start_pos + BLOCK, T - BLOCK
+      n = min(BLOCK, T - last)
+      self.step(ids[:n], start_pos, 1, head)
+      ids, start_pos, T = ids[n:], start_pos + n, T - n
     return self.step(ids, start_pos, last, head)

@@ -40,7 +40,7 @@ class Sampling:
     logits = logits / self.temperature
     if self.top_k:
       # keep the tokens whose logit is at least the k-th largest, ties with it included
-      key = order_key(logits)
+      key = order_key(logits).contiguous()  # computed once: each pass of the search reads it
       def enough(t: Tensor) -> Tensor:
         return (key.unsqueeze(-2) >= t.unsqueeze(-1)).sum(-1) >= self.top_k
       kth = largest_where(enough, key.min(-1, keepdim=True), key.max(-1, keepdim=True) + 1)
@@ -48,7 +48,8 @@ class Sampling:
     probs = logits.softmax(-1)
     if self.top_p < 1:
       # keep a token if the mass of the tokens more likely than it is < top_p; the cut-off's ties are kept
-      key = order_key(probs)
+      probs = probs.contiguous()  # computed once, with its keys: each pass of the search reads them
+      key = order_key(probs).contiguous()
       def mass_above(t: Tensor) -> Tensor:
         return (key.unsqueeze(-2) > t.unsqueeze(-1)).where(probs.unsqueeze(-2), 0.0).sum(-1) >= self.top_p
       dropped = largest_where(mass_above, key.min(-1, keepdim=True) - 1, key.max(-1, keepdim=True))
@@ -57,20 +58,20 @@ class Sampling:
     return probs
 
 def order_key(x: Tensor) -> Tensor:
-  """An int64 per float32 of x, in the same order (equal floats, equal keys):
-  a float's bits order like an integer when it is positive, and in reverse when it is negative.
-  So a cut-off found among the keys is exact."""
-  bits = x.bitcast(dtypes.int32).cast(dtypes.int64)
-  return (bits < 0).where(-(bits & 0x7FFFFFFF), bits)
+  """A uint32 per float32 of x, in the same order (equal floats, equal keys): a float's bits order like an
+  integer when it is positive, and in reverse when it is negative. So a cut-off found among the keys is exact."""
+  bits = x.bitcast(dtypes.uint32)
+  negative = bits >= 0x80000000
+  return negative.where(0x80000000 - (bits & 0x7FFFFFFF), bits + 0x80000000)
 
 def largest_where(holds: Callable[[Tensor], Tensor], lo: Tensor, hi: Tensor) -> Tensor:
   """Per row, the largest integer t in [lo, hi) with holds(t), where holds is true up to some t and false
   after it: lo must hold and hi must not.
-  A search that quarters [lo, hi) at each step, testing 3 points in one pass over the row: 17 passes cover
-  any range of float32 keys (4^16 = 2^32), where sorting 50257 numbers costs far more."""
-  quarters = Tensor([1, 2, 3], dtype=dtypes.int64, device=lo.device)
+  A search that quarters [lo, hi) at each step, testing 3 points in one pass over the row: 17 passes narrow
+  any range of float32 keys (up to 2^32) to one, where sorting 50257 numbers costs far more."""
+  quarters = Tensor([1, 2, 3], dtype=dtypes.uint32, device=lo.device)
   for _ in range(17):
-    points = lo + (hi - lo) * quarters // 4
+    points = (lo + ((hi - lo) // 4 + 1) * quarters).minimum(hi)  # a step of at least 1, never past hi
     ok = holds(points)
     lo = ok.where(points, lo).max(-1, keepdim=True)
     hi = ok.logical_not().where(points, hi).min(-1, keepdim=True)

@@ -123,10 +123,11 @@ def test_positions_past_the_context_are_refused(tiny_pair):
   with pytest.raises(ValueError, match="outside the context"):
     logits(tiny_pair[0], [1, 2], 95)
 
-def test_long_input_is_fed_in_blocks(tiny_pair):
-  """An input longer than BLOCK tokens (a prompt) goes through the compiled steps block by block, with the
-  same logits."""
+@pytest.mark.parametrize("length,last", [(40, 3), (17, 5), (20, 8)])
+def test_long_input_is_fed_in_blocks(tiny_pair, length, last):
+  """An input longer than BLOCK tokens (a prompt, or a prompt and K drafts) goes through the compiled steps block
+  by block, keeping the last `last` tokens for the final call, with the same logits."""
   model, ref = tiny_pair
-  seq = np.random.default_rng(5).integers(0, 101, 40).tolist()
+  seq = np.random.default_rng(5).integers(0, 101, length).tolist()
   full = logits(ref, seq, 0)
-  np.testing.assert_allclose(model(seq, 0, last=3).numpy()[0], full[-3:], atol=1e-4)
+  np.testing.assert_allclose(model(seq, 0, last=last).numpy()[0], full[-last:], atol=1e-4)

@@ -59,6 +59,13 @@ def test_stops_at_eos_inside_an_accepted_draft(models):
   tokens, origins, _ = speculative_sample(target, copy, PROMPT, 20, K=4, temperature=0, eos=eos)
   assert tokens == greedy[:greedy.index(eos) + 1] and len(origins) == len(tokens)
 
+def test_a_prompt_just_longer_than_a_block(models):
+  """A 14-token prompt and K = 4 drafts make an 18-token first call with 5 outputs: the block split must keep them."""
+  target, draft, _ = models
+  prompt = (PROMPT * 4)[:14]
+  expected, _ = autoregressive_sample(target, prompt, 12, temperature=0)
+  assert speculative_sample(target, draft, prompt, 12, K=4, temperature=0)[0] == expected
+
 def test_never_runs_past_the_context(models):
   """Near the end of the 48 positions K shrinks; generation stops when the context is full."""
   target, draft, _ = models
