@@ -32,7 +32,7 @@ from cli import main, warm_up
 from gpt2 import GPT2
 from sampling import Sampling
 from speculative import NgramDraft, Stats, autoregressive_sample, expected_tokens_per_loop, predicted_speedup
-from speculative import speculative_sample
+from speculative import read, speculative_sample
 from weights import LoadError, checkpoint_dir, load_model, load_tokenizer, random_model, save_model
 
 SHARED_TOKENIZER = pathlib.Path(__file__).resolve().parent.parent / "shared" / "gpt2-tokenizer"
@@ -163,7 +163,7 @@ def scoring_cost(model: GPT2, lengths: range, reps: int,
       start = time.perf_counter()
       out = model([0] * T, PROMPT_LEN + r, last=T, head=sampling)
       returned = time.perf_counter()
-      out.numpy()
+      read(out)
       if r >= 2:  # the first two calls of a shape compile it and capture its compiled step
         times[T].append((time.perf_counter() - start, returned - start))
   median = statistics.median
@@ -428,8 +428,9 @@ def run_scoring(args: argparse.Namespace, sampling: Sampling) -> None:
   print("  T   total ms    host ms   host share   t(T)/t(1)")
   for T, (t, host) in cost.items():
     print(f"{T:>3}  {1e3 * t:>9.3f}  {1e3 * host:>9.3f}  {100 * host / t:>10.0f}%  {t / cost[1][0]:>10.2f}")
-  print("host: the time until model(...) returns, before .numpy(). On an asynchronous device (CUDA, Metal)\n"
-        "that is the host work, the kernels being only queued; on the CPU backend they run inside the call.")
+  print("host: the time until model(...) returns, before its result is read. On an asynchronous device\n"
+        "(CUDA, Metal) that is the host work, the kernels being only queued; on the CPU backend they run inside\n"
+        "the call.")
   target_bytes = model_bytes(target)
   bandwidth, source = find_bandwidth(args.bandwidth)
   print(f"\nweights read per call: target {target_bytes / 1e9:.3f} GB")

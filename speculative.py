@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 import numpy as np
+from tinygrad import Tensor
 from gpt2 import GPT2
 from sampling import Sampling, sample
 
@@ -31,18 +32,20 @@ EOT = 50256  # GPT-2's <|endoftext|>
 def next_probs(model: GPT2, tokens: list[int], start_pos: int, n_out: int, sampling: Sampling) -> np.ndarray:
   """Feed tokens at start_pos .. into model (writing its KV cache); the (n_out, V) distributions after the
   last n_out of them, in float64 on the host."""
-  out = model(tokens, start_pos, last=n_out, head=sampling)
-  # The result is already in host memory: read it in place and copy it to float64 at once,
-  # before the next call overwrites it.
-  # (Tensor.numpy() would copy it once more through tinygrad's scheduler, about 0.25 ms a call.)
-  probs = np.frombuffer(out.uop.buffer.as_memoryview(allow_zero_copy=True), np.float32).astype(np.float64)
-  probs = probs.reshape(out.shape)
+  probs = read(model(tokens, start_pos, last=n_out, head=sampling))
   # a NaN would make every draw meaningless (tinygrad's own multinomial silently returns token 0):
   # refuse it here
   if not np.isfinite(probs).all():
     raise FloatingPointError("The model produced NaN or infinite probabilities: its weights may be corrupt, "
                              "so fetch them again.")
   return probs
+
+def read(result: Tensor) -> np.ndarray:
+  """A model call's result, which is already in host memory, as float64: read in place and copied at once,
+  before the next call overwrites it. (Tensor.numpy() would copy it once more through tinygrad's scheduler,
+  about 0.25 ms a call.)"""
+  values = np.frombuffer(result.uop.buffer.as_memoryview(allow_zero_copy=True), np.float32)
+  return values.astype(np.float64).reshape(result.shape)
 
 # ***** the math of one step, on probability vectors (on the host) *****
 
