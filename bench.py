@@ -373,7 +373,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
   ap.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1.0)")
   ap.add_argument("--greedy", action="store_true", help="temperature 0: the argmax at every step")
   ap.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens; 0 is off")
-  ap.add_argument("--top-p", type=float, default=1.0, help="keep the most likely tokens up to this mass; 1 is off")
+  ap.add_argument("--top-p", type=float, default=1.0,
+                  help="keep the most likely tokens up to this mass; 1 is off")
   ap.add_argument("--scoring", action="store_true", help=f"only time one target call of T = {SCORING_T[0]}.."
                   f"{SCORING_T[-1]} tokens: in total, its host part, and against T = 1")
   ap.add_argument("--bandwidth", type=float, help="the device's memory bandwidth in GB/s, for the floor "
@@ -428,9 +429,9 @@ def run_scoring(args: argparse.Namespace, sampling: Sampling) -> None:
   print("  T   total ms    host ms   host share   t(T)/t(1)")
   for T, (t, host) in cost.items():
     print(f"{T:>3}  {1e3 * t:>9.3f}  {1e3 * host:>9.3f}  {100 * host / t:>10.0f}%  {t / cost[1][0]:>10.2f}")
-  print("host: the time until model(...) returns, before its result is read. On an asynchronous device\n"
-        "(CUDA, Metal) that is the host work, the kernels being only queued; on the CPU backend they run inside\n"
-        "the call.")
+  print("host: the time until model(...) returns, before its result is read. On an asynchronous\n"
+        "device (CUDA, Metal) that is the host work, the kernels being only queued; on the CPU backend they\n"
+        "run inside the call.")
   target_bytes = model_bytes(target)
   bandwidth, source = find_bandwidth(args.bandwidth)
   print(f"\nweights read per call: target {target_bytes / 1e9:.3f} GB")

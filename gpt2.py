@@ -157,7 +157,7 @@ class GPT2:
     if not 1 <= last <= T:
       raise ValueError(f"last is {last}: it must be in 1..{T}, the number of tokens")
     self.make_cache()
-    # a long input goes in blocks of up to BLOCK tokens first, keeping at least the last `last` for the final call
+    # a long input goes in blocks of up to BLOCK tokens first, keeping at least `last` for the final call
     while T > max(BLOCK, last):
       n = min(BLOCK, T - last)
       self.step(ids[:n], start_pos, 1, head)

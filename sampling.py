@@ -59,7 +59,8 @@ class Sampling:
 
 def order_key(x: Tensor) -> Tensor:
   """A uint32 per float32 of x, in the same order (equal floats, equal keys): a float's bits order like an
-  integer when it is positive, and in reverse when it is negative. So a cut-off found among the keys is exact."""
+  integer when it is positive, and in reverse when it is negative. So a cut-off found among the keys is
+  exact."""
   bits = x.bitcast(dtypes.uint32)
   negative = bits >= 0x80000000
   return negative.where(0x80000000 - (bits & 0x7FFFFFFF), bits + 0x80000000)
