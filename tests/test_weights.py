@@ -107,22 +107,22 @@ class Hub:
     if lfs and self.mode != "redirect":
       h.send_header("X-Linked-Etag", self.etag(data))
     h.end_headers()
+    h.close_connection = True
     body, half = data[start:], (len(data) - start) // 2
     h.wfile.write(body[:half])
     h.wfile.flush()
-    if lfs and self.mode == "stall":
+    if not lfs:
+      h.wfile.write(body[half:])
+    elif self.mode == "stall":
       self.released.wait(30)
-    elif lfs and self.mode == "reset":
+    elif self.mode == "reset":
       time.sleep(0.3)  # for the client to take the first half: a reset drops what it has not read
       # SO_LINGER with a zero timeout makes close() send a TCP RST: the client's read fails
       h.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
       h.connection.close()
-      return
-    elif self.mode != "truncate" or not lfs:
-      if lfs:
-        self.hold.wait(30)
+    elif self.mode != "truncate":
+      self.hold.wait(30)
       h.wfile.write(body[half:])
-    h.close_connection = True
 
   def close(self):
     self.released.set()
