@@ -1,15 +1,16 @@
 """Get OpenAI's GPT-2 checkpoints (Hugging Face safetensors) and tokenizer (tiktoken), cache them, load them
-into gpt2.py.
+into gpt2.py, and save a model in the same layout.
 
     model = load_model("gpt2")          # downloads openai-community/gpt2 once, then loads from the cache
     model = load_model("path/to/dir")   # a folder in Hugging Face layout: config.json + model.safetensors
+    save_model(model, "path/to/dir")    # load_model's inverse
     enc = load_tokenizer()              # tiktoken's gpt2 encoding
 
 Downloads come from $HF_ENDPOINT (default https://huggingface.co) into $XDG_CACHE_HOME/tinyspec
 (default ~/.cache/tinyspec).
 """
 from __future__ import annotations
-import contextlib, hashlib, http.client, json, os, pathlib, urllib.error, urllib.request
+import contextlib, hashlib, http.client, json, os, pathlib, sys, urllib.error, urllib.request
 from typing import Iterator
 import tiktoken
 from tinygrad import Tensor, dtypes
@@ -19,8 +20,9 @@ from tinygrad.nn.state import get_parameters, get_state_dict, load_state_dict, s
 from gpt2 import GPT2, GPT2Config, PRESETS
 
 FILES = ("config.json", "model.safetensors")
-# stored (in, out)
+# Hugging Face's GPT-2 stores these as Conv1D weights, (in, out); tinygrad's Linear wants (out, in)
 CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
+CHUNK = 1 << 20  # bytes read from the network at a time, at most
 # tiktoken's gpt2 encoding: where it downloads its two files from, and their sha256
 TOKENIZER_URL = "https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/"
 TOKENIZER_SHA256 = {"vocab.bpe": "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5",
@@ -30,61 +32,49 @@ class LoadError(Exception):
   """A model or tokenizer could not be had; the message is one sentence that says what to do."""
 
 def cache_dir() -> pathlib.Path:
+  """Where downloaded checkpoints live: $XDG_CACHE_HOME/tinyspec, by default ~/.cache/tinyspec."""
   return pathlib.Path(os.environ.get("XDG_CACHE_HOME") or pathlib.Path.home() / ".cache") / "tinyspec"
 
+# --- get: download one file, resuming an interrupted download ---
+
 class _HubRedirects(urllib.request.HTTPRedirectHandler):
-  """Follows the Hub's redirect to its file storage, keeping the X-Linked-Etag (an LFS file's sha256) it
-  announced."""
+  """Follows the Hub's redirect to its file storage, keeping the X-Linked-Etag (an LFS file's sha256) that
+  the redirect announced. urllib copies every header but Content-Length and Content-Type to the redirected
+  request, so a Range header reaches the file storage too."""
   linked_etag: str | None = None
+
   def redirect_request(self, req, fp, code, msg, headers, newurl):
     self.linked_etag = headers.get("X-Linked-Etag", self.linked_etag)
     return super().redirect_request(req, fp, code, msg, headers, newurl)
 
-def download(url: str, dest: pathlib.Path) -> None:
-  """Download url to dest with a progress bar, resuming an interrupted download; check its size and announced
-  sha256.
+def download(url: str, dest: pathlib.Path, resume: bool = True) -> None:
+  """Download url to dest with a progress bar; check its size and the sha256 the server announced.
 
   The bytes go to dest + ".incomplete" first, renamed to dest only once whole and verified, so nothing
-  half-written is ever loaded. An interrupted download (a cut connection, a killed process) keeps that partial
-  file, and the next attempt continues from its end with an HTTP Range request; a wrong sha256 deletes it.
+  half-written is ever loaded. An interrupted download (a cut connection, a killed process) keeps that
+  partial file, and with resume the next attempt continues from its end with an HTTP Range request; without
+  resume (a small file with no announced sha256, such as config.json) it starts over. A wrong sha256 deletes
+  the partial file.
   """
   try:
-    fetch(url, dest)
+    fetch(url, dest, resume)
   except urllib.error.HTTPError as e:
     raise LoadError(f"The server answered {e.code} {e.reason} for {url}; "
                     "check the model name and HF_ENDPOINT.") from None
-  except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
-    raise LoadError(f"Could not download {url} ({getattr(e, 'reason', e) or type(e).__name__}): "
-                    "with no network, put "
-                    "config.json and model.safetensors from huggingface.co/openai-community/<name> "
-                    "in a folder and "
-                    "pass that folder instead of the name.") from None
+  except (urllib.error.URLError, http.client.HTTPException, ConnectionError, TimeoutError) as e:
+    reason = getattr(e, "reason", e) or type(e).__name__
+    raise LoadError(f"Could not download {url} ({reason}): with no network, put config.json and "
+                    "model.safetensors from huggingface.co/openai-community/<name> in a folder and pass that "
+                    "folder instead of the name.") from None
+  except OSError as e:  # the network is fine: the cache folder is not writable, or the disk is full
+    raise LoadError(f"Could not write {dest} ({e.strerror or type(e).__name__}): free some disk space, "
+                    "or point XDG_CACHE_HOME at a folder you can write to.") from None
 
-@contextlib.contextmanager
-def folder_lock(folder: pathlib.Path) -> Iterator[None]:
-  """Hold an exclusive lock on a folder (fcntl.flock on the folder itself, so no lock file is left behind).
-
-  Linux and macOS have fcntl. Windows does not, and there nothing is locked: two processes that download the
-  same model at once may then both write its partial file, and one of them ends with a sha256 error; run it
-  again.
-  """
-  try:
-    import fcntl
-  except ImportError:
-    yield
-    return
-  fd = os.open(folder, os.O_RDONLY)
-  try:
-    fcntl.flock(fd, fcntl.LOCK_EX)
-    yield
-  finally:
-    os.close(fd)  # closing the descriptor releases the lock
-
-def fetch(url: str, dest: pathlib.Path) -> None:
-  """One attempt at download(): resume dest's partial file, append the rest, verify, and move it in place."""
+def fetch(url: str, dest: pathlib.Path, resume: bool) -> None:
+  """One attempt at download(): ask for what dest's partial file lacks, append it, verify it, move it
+  in place."""
   partial = dest.with_name(dest.name + ".incomplete")
-  have = partial.stat().st_size if partial.is_file() else 0
-  # urllib carries the Range header through the Hub's redirect to its file storage
+  have = partial.stat().st_size if resume and partial.is_file() else 0
   redirects = _HubRedirects()
   request = urllib.request.Request(url, headers={"Range": f"bytes={have}-"} if have else {})
   try:
@@ -92,77 +82,158 @@ def fetch(url: str, dest: pathlib.Path) -> None:
   except urllib.error.HTTPError as e:
     if e.code != 416 or not have:
       raise
-    # 416: the partial file is not a prefix of this file (it is as long or longer): start over
+    # 416: there is nothing past byte `have`, so the partial file is not a prefix of this file: start over
     partial.unlink()
-    return fetch(url, dest)
+    return fetch(url, dest, resume)
   dest.parent.mkdir(parents=True, exist_ok=True)
   with response:
     if response.status != 206:
-      have = 0  # the server ignored the Range and sends the whole file: start over
-    size = have + int(response.headers.get("Content-Length", 0))
+      have = 0  # a 200, even to a Range request: the server sends the whole file, so start over
+    length = response.headers.get("Content-Length")
+    size = have + int(length) if length is not None else None
     sha256 = response.headers.get("X-Linked-Etag", redirects.linked_etag)
-    # the sha256 covers the whole file, resumed part included
-    h = hash_file(partial) if have else hashlib.sha256()
-    bar = tqdm(total=size, unit="B", unit_scale=True, desc=f"{dest.parent.name}/{dest.name}", disable=None)
-    bar.update(have)  # the progress bar starts from the bytes already on disk
-    with open(partial, "ab" if have else "wb") as f:
-      while chunk := response.read(1 << 20):
-        h.update(chunk)
-        bar.update(f.write(chunk))
-  if size and (got := partial.stat().st_size) != size:  # the partial file stays for the next attempt
-    raise LoadError(f"The download of {url} was cut short ({got} of {size} bytes); "
+    h = receive(response, partial, have, size, url)
+  if size is not None and (got := partial.stat().st_size) != size:  # the connection closed early
+    raise LoadError(f"The download of {url} was cut short ({got:,} of {size:,} bytes); "
                     "run the command again to resume it.")
   if sha256 and h.hexdigest() != (want := sha256.strip('"').removeprefix("W/").strip('"')):
-    partial.unlink()
-    raise LoadError(f"The download of {url} is corrupt "
-                    f"(sha256 {h.hexdigest()}, the server announced {want}); "
-                    "run the command again to retry.")
+    partial.unlink()  # a wrong byte could be anywhere, so nothing of it is worth resuming
+    raise LoadError(f"The download of {url} is corrupt (sha256 {h.hexdigest()}, the server announced "
+                    f"{want}); run the command again to retry.")
   os.replace(partial, dest)
-  bar.update(close=True)
+
+def receive(response: http.client.HTTPResponse, partial: pathlib.Path, have: int, size: int | None,
+            url: str) -> hashlib._Hash:
+  """Write the response's bytes to the partial file, after its first `have` bytes (from scratch when have is
+  0), with a progress bar; return the sha256 of the whole file so far."""
+  h = hash_file(partial) if have else hashlib.sha256()  # the sha256 covers the resumed part too
+  name = f"{partial.parent.name}/{partial.name.removesuffix('.incomplete')}"
+  bar = tqdm(total=size, unit="B", unit_scale=True, desc=name, disable=None)
+  bar.update(have)  # the progress bar starts from the bytes already on disk
+  # Unbuffered, and read1 returns whatever has arrived: every byte received is on disk at once, so even a
+  # killed process leaves all it got for the next attempt.
+  with open(partial, "ab" if have else "wb", buffering=0) as f, bar:
+    while True:
+      try:
+        chunk = response.read1(CHUNK)
+      except (OSError, http.client.HTTPException) as e:  # the partial file stays for the next attempt
+        raise LoadError(f"The download of {url} was cut short ({type(e).__name__} after "
+                        f"{f.tell():,} bytes); run the command again to resume it.") from None
+      if not chunk:
+        return h
+      h.update(chunk)
+      bar.update(f.write(chunk))
 
 def hash_file(path: pathlib.Path) -> hashlib._Hash:
   """The running sha256 of a file's bytes, to continue with the bytes still to come."""
   h = hashlib.sha256()
   with open(path, "rb") as f:
-    while chunk := f.read(1 << 20):
+    while chunk := f.read(CHUNK):
       h.update(chunk)
   return h
 
+# --- cache: a preset's files in the cache folder, one process downloading at a time ---
+
+@contextlib.contextmanager
+def download_lock(name: str) -> Iterator[None]:
+  """Hold an exclusive lock on cache_dir()/<name>.lock, an empty file (fcntl.flock: Linux and macOS).
+
+  A process that finds the lock taken says so and waits. The lock file stays: deleting it while another
+  process waits on it would let a third process take a second lock on a new file of the same name.
+  Windows has no fcntl, and there nothing is locked: two processes that download the same model at once
+  then both write its partial file, and one of them may end with an error (a wrong sha256, a file in use);
+  run it again.
+  """
+  try:
+    import fcntl
+  except ImportError:  # Windows
+    yield
+    return
+  try:
+    cache_dir().mkdir(parents=True, exist_ok=True)
+    lock = open(cache_dir() / f"{name}.lock", "w")
+  except OSError as e:
+    raise LoadError(f"Could not write to {cache_dir()} ({e.strerror or type(e).__name__}): point "
+                    "XDG_CACHE_HOME at a folder you can write to.") from None
+  with lock as f:  # closing the file releases the lock
+    try:
+      fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+      print(f"Waiting for another process that is downloading {name} into {cache_dir()}...", file=sys.stderr)
+      fcntl.flock(f, fcntl.LOCK_EX)
+    yield
+
+def looks_like_path(name: str) -> bool:
+  """Whether a model name is meant as a folder: it has a path separator or starts with . or ~."""
+  return os.sep in name or "/" in name or name.startswith((".", "~"))
+
 def checkpoint_dir(name_or_dir: str) -> pathlib.Path:
   """A local checkpoint folder as it is, or a preset name's cache folder, downloading what it lacks."""
-  if os.path.isdir(name_or_dir):
-    folder = pathlib.Path(name_or_dir)
-    if missing := [f for f in FILES if not (folder / f).is_file()]:
-      raise LoadError(f"{folder} is not a GPT-2 checkpoint folder: it has no {' or '.join(missing)}.")
-    return folder
+  if looks_like_path(name_or_dir) or os.path.isdir(name_or_dir):
+    return local_checkpoint(name_or_dir)
   if name_or_dir not in PRESETS:
-    if os.sep in name_or_dir or "/" in name_or_dir or name_or_dir.startswith((".", "~")):
-      raise LoadError(f"The folder {name_or_dir} does not exist: give the path of a folder holding "
-                      f"{' and '.join(FILES)}, or a model name ({', '.join(PRESETS)}).")
     raise LoadError(f"Unknown model '{name_or_dir}': use one of {', '.join(PRESETS)}, "
                     f"or a folder holding {' and '.join(FILES)}.")
   folder = cache_dir() / name_or_dir
+  if all((folder / f).is_file() for f in FILES):
+    return folder  # complete: no lock, so a cached model loads even while another one downloads
   endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
-  cache_dir().mkdir(parents=True, exist_ok=True)
-  # two processes loading at once take turns: the second finds the files complete
-  with folder_lock(cache_dir()):
+  # Two processes loading at once take turns; the second then finds the files complete.
+  with download_lock(name_or_dir):
     for f in FILES:
       if not (folder / f).is_file():
-        download(f"{endpoint}/openai-community/{name_or_dir}/resolve/main/{f}", folder / f)
+        # config.json is small and has no announced sha256: fetched whole each time, never resumed
+        download(f"{endpoint}/openai-community/{name_or_dir}/resolve/main/{f}", folder / f,
+                 resume=f != "config.json")
   return folder
+
+def local_checkpoint(path: str) -> pathlib.Path:
+  """A folder the user named, checked to exist and to hold a checkpoint's two files."""
+  folder = pathlib.Path(path).expanduser()
+  if not folder.is_dir():
+    raise LoadError(f"The folder {path} does not exist: give the path of a folder holding "
+                    f"{' and '.join(FILES)}, or a model name ({', '.join(PRESETS)}).")
+  if missing := [f for f in FILES if not (folder / f).is_file()]:
+    raise LoadError(f"{folder} is not a GPT-2 checkpoint folder: it has no {' or '.join(missing)}.")
+  return folder
+
+# --- verify and load ---
 
 def read_config(folder: pathlib.Path) -> GPT2Config:
   """The model shape from a Hugging Face config.json."""
   try:
     c = json.loads((folder / "config.json").read_text())
     if c.get("activation_function", "gelu_new") != "gelu_new":
-      raise LoadError(f"{folder} uses {c['activation_function']}, not GPT-2's gelu_new.")
-    cfg = GPT2Config(n_layer=c["n_layer"], n_head=c["n_head"], n_embd=c["n_embd"], vocab_size=c["vocab_size"],
-                     n_ctx=c["n_positions"], norm_eps=c.get("layer_norm_epsilon", 1e-5))
-    return cfg
+      raise LoadError(f"{folder} uses {c['activation_function']}, not GPT-2's gelu_new: "
+                      "give a GPT-2 checkpoint.")
+    return GPT2Config(n_layer=c["n_layer"], n_head=c["n_head"], n_embd=c["n_embd"],
+                      vocab_size=c["vocab_size"], n_ctx=c["n_positions"],
+                      norm_eps=c.get("layer_norm_epsilon", 1e-5))
   except (ValueError, KeyError, TypeError, AttributeError) as e:  # AttributeError: JSON that is not an object
     raise LoadError(f"{folder / 'config.json'} is not a GPT-2 config ({type(e).__name__}: {e}); "
                     "fetch it again.") from None
+
+def check_safetensors(path: pathlib.Path) -> None:
+  """Refuse a file that is not a whole safetensors file, saying what is wrong.
+
+  A safetensors file is 8 bytes of header length (little-endian), a JSON header that gives each tensor's
+  data_offsets, then the data: so its header promises its size, which a download cut short does not have.
+  """
+  size = path.stat().st_size
+  with open(path, "rb") as f:
+    n = int.from_bytes(f.read(8), "little")
+    try:
+      header = json.loads(f.read(n)) if 8 + n <= size else None
+      promised = 8 + n + max(v["data_offsets"][1] for k, v in header.items() if k != "__metadata__")
+    except (ValueError, TypeError, KeyError, AttributeError, IndexError):
+      promised = None
+  if promised is None:
+    raise LoadError(f"Cannot read {path}: its {size:,} bytes hold no safetensors header (the file is cut "
+                    "short or is not a checkpoint); delete it and fetch it again.")
+  if promised != size:
+    what = "cut short" if size < promised else "damaged"
+    raise LoadError(f"Cannot read {path}: it is {size:,} bytes but its header promises {promised:,}, "
+                    f"so it is {what}; delete it and fetch it again.")
 
 def hf_to_tinyspec(state: dict[str, Tensor], dtype: DType) -> dict[str, Tensor]:
   """Rename Hugging Face GPT-2 tensors to gpt2.py's names, transposing the Conv1D weights to (out, in)."""
@@ -170,7 +241,7 @@ def hf_to_tinyspec(state: dict[str, Tensor], dtype: DType) -> dict[str, Tensor]:
   for k, v in state.items():
     k = k.removeprefix("transformer.")
     if k == "lm_head.weight" or k.endswith((".attn.bias", ".attn.masked_bias")):
-      continue  # tied to wte; causal-mask buffers
+      continue  # the LM head is tied to wte; the others are causal-mask buffers, not weights
     v = v.to(None)
     out[k] = (v.T if k.endswith(CONV1D) else v).cast(dtype).contiguous()
   return out
@@ -198,39 +269,25 @@ def load_model(name_or_dir: str, dtype: DType = dtypes.float32) -> GPT2:
   load_state_dict(model, state, verbose=False)
   return model
 
-def check_safetensors(path: pathlib.Path) -> None:
-  """Refuse a file that is not a whole safetensors file, saying what is wrong: its size against the size its
-  header promises (8 bytes of header length, a JSON header, then the data up to the largest data offset)."""
-  size = path.stat().st_size
-  with open(path, "rb") as f:
-    n = int.from_bytes(f.read(8), "little")
-    try:
-      header = json.loads(f.read(n)) if 8 <= 8 + n <= size else None
-      promised = 8 + n + max(v["data_offsets"][1] for k, v in header.items() if k != "__metadata__")
-    except (ValueError, TypeError, KeyError, AttributeError):
-      promised = None
-  if promised is None:
-    raise LoadError(f"Cannot read {path}: its {size:,} bytes hold no safetensors header "
-                    "(the file is cut short or "
-                    "is not a checkpoint); delete it and fetch it again.")
-  if promised != size:
-    raise LoadError(f"Cannot read {path}: it is {size:,} bytes "
-                    f"but its header promises {promised:,}, so it is "
-                    f"{'cut short' if size < promised else 'damaged'}; delete it and fetch it again.")
+# --- save ---
 
 def save_model(model: GPT2, folder: str | pathlib.Path) -> pathlib.Path:
-  """Write a model as a Hugging Face checkpoint (config.json, model.safetensors in float32): load_model's
-  inverse."""
-  cfg, folder = model.config, pathlib.Path(folder)
+  """Write a model as a Hugging Face checkpoint (config.json, model.safetensors in float32), which
+  load_model reads back: load_model's inverse. Returns the folder."""
+  folder = pathlib.Path(folder)
   folder.mkdir(parents=True, exist_ok=True)
+  cfg = model.config
   config = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "activation_function": "gelu_new",
             "n_layer": cfg.n_layer, "n_head": cfg.n_head, "n_embd": cfg.n_embd, "vocab_size": cfg.vocab_size,
             "n_positions": cfg.n_ctx, "n_ctx": cfg.n_ctx, "layer_norm_epsilon": cfg.norm_eps}
   (folder / "config.json").write_text(json.dumps(config, indent=2))
-  state = {k: (v.T if k.endswith(CONV1D) else v).float().contiguous()  # back to Conv1D's (in, out)
+  # the KV caches are state, not weights; the Conv1D weights go back to (in, out)
+  state = {k: (v.T if k.endswith(CONV1D) else v).float().contiguous()
            for k, v in get_state_dict(model).items() if not k.endswith("cache_kv")}
   safe_save(state, str(folder / "model.safetensors"))
   return folder
+
+# --- the tokenizer, and random weights ---
 
 def load_tokenizer(folder: str | None = None) -> tiktoken.Encoding:
   """GPT-2's tokenizer: tiktoken's gpt2 encoding (cached under TIKTOKEN_CACHE_DIR), or built from a folder
@@ -248,10 +305,9 @@ def load_tokenizer(folder: str | None = None) -> tiktoken.Encoding:
                              special_tokens={"<|endoftext|>": 50256}, explicit_n_vocab=50257)
   except Exception as e:
     where = f"the folder {folder}" if folder else "tiktoken's download"
-    raise LoadError(f"Could not load the GPT-2 tokenizer from {where} ({type(e).__name__}): "
-                    "put encoder.json and vocab.bpe from "
-                    f"{TOKENIZER_URL} in a folder and pass it "
-                    "(--tokenizer DIR, or load_tokenizer(DIR)).") from None
+    raise LoadError(f"Could not load the GPT-2 tokenizer from {where} ({type(e).__name__}): put encoder.json "
+                    f"and vocab.bpe from {TOKENIZER_URL} in a folder and pass it (--tokenizer DIR, "
+                    "or load_tokenizer(DIR)).") from None
 
 def random_model(shape: str, dtype: DType = dtypes.float32, seed: int = 0) -> GPT2:
   """A GPT-2 with random weights (the same for the same seed): a preset's shape (gpt2, ..., gpt2-xl) or
@@ -262,13 +318,13 @@ def random_model(shape: str, dtype: DType = dtypes.float32, seed: int = 0) -> GP
     try:
       n_layer, n_head, n_embd = (int(s) for s in shape.split(","))
     except ValueError:
-      raise ValueError(f"'{shape}' is neither a preset ({', '.join(PRESETS)}) "
-                       "nor a shape n_layer,n_head,n_embd "
-                       "such as 2,4,256.") from None
+      raise ValueError(f"'{shape}' is neither a preset ({', '.join(PRESETS)}) nor a shape "
+                       "n_layer,n_head,n_embd such as 2,4,256.") from None
     cfg = GPT2Config(n_layer=n_layer, n_head=n_head, n_embd=n_embd)
   Tensor.manual_seed(seed)
   model = GPT2(cfg)
   for p in get_parameters(model):
     p.replace(p.cast(dtype))
-  Tensor.realize(*get_parameters(model))  # compute the random init once; left lazy, every call would redo it
+  # compute the random init once; left lazy, every call would redo it
+  Tensor.realize(*get_parameters(model))
   return model

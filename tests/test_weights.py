@@ -1,12 +1,13 @@
 """weights.py: downloads from a real local HTTP server in the Hub's layout, the cache, offline use, and
 one-sentence LoadErrors."""
 from __future__ import annotations
-import hashlib, json, os, shutil, signal, socket, subprocess, sys, threading, time
+import hashlib, json, os, shutil, signal, socket, struct, subprocess, sys, threading, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import numpy as np, pytest
 import tiktoken, tiktoken.registry
 from tinygrad import Tensor, dtypes
-from tiny import TOKENIZER_DIR, write_checkpoint
+from tinygrad.nn.state import safe_load
+from tiny import TOKENIZER_DIR, hub_tensors, write_checkpoint
 import weights
 from weights import LoadError, load_model, load_tokenizer
 
@@ -42,22 +43,22 @@ def cache(tmp_path, monkeypatch):
   return weights.cache_dir()
 
 class Hub:
-  """Serves {name: folder} as /openai-community/<name>/resolve/main/<file>, recording requests and Range
-  headers.
+  """Serves {name: folder} as /openai-community/<name>/resolve/main/<file>, recording requests.
 
-  mode: "direct"   model.safetensors comes with X-Linked-Etag: "<sha256>", as the Hub does for small LFS
-                   files
+  mode: "direct"   model.safetensors comes with X-Linked-Etag: "<sha256>", as the Hub does for small LFS files
         "redirect" the Hub's real way: a 302 to /cdn/<name>/<file>, the X-Linked-Etag only on the 302
         "truncate" model.safetensors announces its full length, sends half, closes the connection
-        "stall"    model.safetensors sends half, then hangs until the test ends (for a process to be
-                   killed)
+        "stall"    model.safetensors sends half, then hangs until the test ends (for a process to be killed)
+        "reset"    model.safetensors sends half, then resets the connection (TCP RST)
         "no-range" model.safetensors ignores Range headers: always 200 and the whole file
-  Range requests ("bytes=N-") are answered 206 with the rest of the file, as the Hub's file storage does.
-  bad_sha: announce a wrong sha256 for model.safetensors. delay: seconds to pause half-way through a file.
+  Range requests ("bytes=N-") are answered 206 with the rest of the file, as the Hub's file storage does;
+  ranges records every Range header, whatever the file. bad_sha: announce a wrong sha256 for
+  model.safetensors. hold: model.safetensors pauses half-way until this event is set (set by default).
   """
   def __init__(self, repos: dict):
-    self.repos, self.mode, self.bad_sha, self.delay = repos, "direct", False, 0.0
+    self.repos, self.mode, self.bad_sha, self.hold = repos, "direct", False, threading.Event()
     self.requests, self.ranges, self.released = [], [], threading.Event()
+    self.hold.set()
     hub = self
     class Handler(BaseHTTPRequestHandler):
       def log_message(self, *args):
@@ -72,8 +73,8 @@ class Hub:
     self.thread.start()
 
   def etag(self, data: bytes) -> str:
-    return '"' + (hashlib.sha256(b"not these bytes").hexdigest() if self.bad_sha
-                  else hashlib.sha256(data).hexdigest()) + '"'
+    sha256 = hashlib.sha256(b"not these bytes" if self.bad_sha else data).hexdigest()
+    return f'"{sha256}"'
 
   def answer(self, h: BaseHTTPRequestHandler) -> None:
     self.requests.append(h.path)
@@ -95,9 +96,9 @@ class Hub:
       h.send_header("Content-Length", "0")
       return h.end_headers()
     start = 0
-    if (wanted := h.headers.get("Range")) and lfs:
+    if wanted := h.headers.get("Range"):
       self.ranges.append(wanted)
-      if self.mode != "no-range":
+      if not (lfs and self.mode == "no-range"):
         start = int(wanted.removeprefix("bytes=").removesuffix("-"))
         if start >= len(data):
           return h.send_error(416)
@@ -106,17 +107,22 @@ class Hub:
     if lfs and self.mode != "redirect":
       h.send_header("X-Linked-Etag", self.etag(data))
     h.end_headers()
-    body, half = data[start:], (len(data) - start) // 2
-    if lfs and self.mode in ("truncate", "stall"):
-      h.wfile.write(body[:half])
-      h.wfile.flush()
-      if self.mode == "stall":
-        self.released.wait(30)
-    else:
-      h.wfile.write(body[:half])
-      time.sleep(self.delay if lfs else 0)
-      h.wfile.write(body[half:])
     h.close_connection = True
+    body, half = data[start:], (len(data) - start) // 2
+    h.wfile.write(body[:half])
+    h.wfile.flush()
+    if not lfs:
+      h.wfile.write(body[half:])
+    elif self.mode == "stall":
+      self.released.wait(30)
+    elif self.mode == "reset":
+      time.sleep(0.3)  # for the client to take the first half: a reset drops what it has not read
+      # SO_LINGER with a zero timeout makes close() send a TCP RST: the client's read fails
+      h.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+      h.connection.close()
+    elif self.mode != "truncate":
+      self.hold.wait(30)
+      h.wfile.write(body[half:])
 
   def close(self):
     self.released.set()
@@ -125,8 +131,7 @@ class Hub:
 
 @pytest.fixture
 def hub(checkpoint, cache, monkeypatch):
-  """A real HTTP server holding the tiny checkpoint as openai-community/gpt2, with HF_ENDPOINT pointing at
-  it."""
+  """A real HTTP server holding the tiny checkpoint as openai-community/gpt2, HF_ENDPOINT pointing at it."""
   server = Hub({"gpt2": checkpoint})
   monkeypatch.setenv("HF_ENDPOINT", server.url)
   yield server
@@ -151,11 +156,12 @@ def test_download_then_cache(hub, checkpoint, cache, mode):
   load_model("gpt2")
   assert len(hub.requests) == n
 
-def test_cut_short_download_is_refused_then_resumed(hub, cache, checkpoint):
-  """A response that stops before its Content-Length is refused as cut short; nothing half-written is loaded,
-  the partial file is the only trace, and the retry asks only for the missing bytes and leaves no partial
-  file."""
-  hub.mode = "truncate"
+@pytest.mark.parametrize("mode", ["truncate", "reset"])
+def test_cut_short_download_is_refused_then_resumed(hub, cache, checkpoint, mode):
+  """A response that stops before its Content-Length, or a connection reset mid-file, is refused as cut short;
+  nothing half-written is loaded, the partial file is the only trace, and the retry asks only for the missing
+  bytes and leaves no partial file."""
+  hub.mode = mode
   with pytest.raises(LoadError, match="cut short") as e:
     load_model("gpt2")
   one_sentence(e)
@@ -163,13 +169,15 @@ def test_cut_short_download_is_refused_then_resumed(hub, cache, checkpoint):
   have = (cache / "gpt2" / "model.safetensors.incomplete").stat().st_size
   hub.mode, n = "direct", len(hub.requests)
   load_model("gpt2")
-  assert (hub.requests[n:] == ["/openai-community/gpt2/resolve/main/model.safetensors"]
-          and hub.ranges == [f"bytes={have}-"])
+  assert hub.requests[n:] == ["/openai-community/gpt2/resolve/main/model.safetensors"]
+  assert hub.ranges == [f"bytes={have}-"]
   assert sorted(os.listdir(cache / "gpt2")) == ["config.json", "model.safetensors"]
   assert (cache / "gpt2" / "model.safetensors").read_bytes() == \
     (checkpoint / "model.safetensors").read_bytes()
 
-LOAD = "import weights; weights.load_model('gpt2'); print('loaded')"
+# the program a loading process runs: it says when it starts to load, and when it is done
+LOAD = "\n".join(["import weights", "print('loading', flush=True)", "weights.load_model('gpt2')",
+                  "print('loaded')"])
 
 def loader(hub, cache) -> subprocess.Popen:
   """A separate Python process that loads gpt2 from the test's Hub into the test's cache."""
@@ -186,6 +194,10 @@ def wait_for(condition, seconds: float = 60) -> None:
     assert time.monotonic() < deadline, "timed out"
     time.sleep(0.05)
 
+def says(stream, text: str) -> bool:
+  """Read a process's output line by line until one has text (True) or the output ends (False)."""
+  return any(text in line for line in stream)
+
 @pytest.mark.parametrize("mode", ["direct", "redirect"])
 def test_killed_download_resumes_with_a_range_request(hub, cache, checkpoint, mode):
   """A loading process killed mid-download (SIGKILL: no Python cleanup runs) leaves its partial file; the
@@ -196,7 +208,7 @@ def test_killed_download_resumes_with_a_range_request(hub, cache, checkpoint, mo
   partial = cache / "gpt2" / "model.safetensors.incomplete"
   wait_for(lambda: partial.is_file() and partial.stat().st_size > 0)
   proc.send_signal(signal.SIGKILL)
-  proc.wait(30)
+  assert proc.wait(30) == -signal.SIGKILL  # killed mid-download, not ended by itself
   have = partial.stat().st_size
   hub.mode = mode
   np.testing.assert_array_equal(logits(load_model("gpt2"), TOKENS),
@@ -229,17 +241,57 @@ def test_corrupt_partial_file_is_refused_and_deleted(hub, cache, checkpoint):
     (checkpoint / "model.safetensors").read_bytes()
 
 def test_two_processes_loading_at_once_download_once(hub, cache, checkpoint):
-  """Two processes loading the same model at once: one downloads while the other waits on the folder's lock,
-  then finds the file complete. Both load it, it is downloaded once, and it is whole."""
-  hub.delay = 1.0  # half-way through the file, so that the two processes overlap
-  procs = [loader(hub, cache) for _ in range(2)]
-  outs = [p.communicate(timeout=120) for p in procs]
-  assert [p.returncode for p in procs] == [0, 0] and all(out.strip() == "loaded" for out, _ in outs), \
-    outs
+  """Two processes loading the same model at once: while the first is mid-download, the second waits on the
+  lock (and says so), then finds the file complete. Both load it, it is downloaded once, and it is whole."""
+  hub.hold.clear()  # the first process's download pauses half-way until the second is waiting
+  first = loader(hub, cache)
+  partial = cache / "gpt2" / "model.safetensors.incomplete"
+  wait_for(lambda: partial.is_file() and partial.stat().st_size > 0)
+  second = loader(hub, cache)
+  waiting = says(second.stderr, "Waiting for another process")  # reads until it does, or until it ends
+  hub.hold.set()
+  outs = [first.communicate(timeout=120)[0], second.stdout.read()]
+  assert second.wait(120) == 0 and first.returncode == 0 and waiting, outs
+  assert outs[0].split() == ["loading", "loaded"] and outs[1].split() == ["loading", "loaded"]
   assert hub.requests.count("/openai-community/gpt2/resolve/main/model.safetensors") == 1
   assert (cache / "gpt2" / "model.safetensors").read_bytes() == \
     (checkpoint / "model.safetensors").read_bytes()
   assert sorted(os.listdir(cache / "gpt2")) == ["config.json", "model.safetensors"]
+
+def test_partial_as_long_as_the_file_starts_over(hub, cache, checkpoint):
+  """A partial file with nothing left to ask for gets a 416 to its Range request: it is dropped, and the
+  download starts over."""
+  data = (checkpoint / "model.safetensors").read_bytes()
+  (cache / "gpt2").mkdir(parents=True)
+  (cache / "gpt2" / "model.safetensors.incomplete").write_bytes(bytes(len(data)))
+  load_model("gpt2")
+  assert hub.ranges == [f"bytes={len(data)}-"]
+  assert (cache / "gpt2" / "model.safetensors").read_bytes() == data
+  assert sorted(os.listdir(cache / "gpt2")) == ["config.json", "model.safetensors"]
+
+def test_config_json_is_fetched_whole_not_resumed(hub, cache, checkpoint):
+  """config.json is small and comes with no sha256 to check a resumed file against: a leftover partial file
+  is replaced by a fresh download of the whole file, with no Range request."""
+  (cache / "gpt2").mkdir(parents=True)
+  (cache / "gpt2" / "config.json.incomplete").write_text('{"n_layer": 99, ')
+  load_model("gpt2")
+  assert hub.ranges == []
+  assert (cache / "gpt2" / "config.json").read_bytes() == (checkpoint / "config.json").read_bytes()
+  assert sorted(os.listdir(cache / "gpt2")) == ["config.json", "model.safetensors"]
+
+def finishes(fn, seconds: float = 60) -> bool:
+  """Whether fn() returns within the time, run in a thread (which is left behind if it does not)."""
+  thread = threading.Thread(target=fn, daemon=True)
+  thread.start()
+  thread.join(seconds)
+  return not thread.is_alive()
+
+def test_the_lock_is_per_model_and_only_for_downloads(hub, cache):
+  """A download of one model does not hold up another model's download, nor the load of a cached model."""
+  with weights.download_lock("gpt2-xl"):
+    assert finishes(lambda: load_model("gpt2"))  # a download, while gpt2-xl's lock is taken
+  with weights.download_lock("gpt2"):
+    assert finishes(lambda: load_model("gpt2"))  # cached: no lock needed
 
 @pytest.mark.parametrize("mode", ["direct", "redirect"])
 def test_wrong_sha256_is_refused_and_leaves_nothing(hub, cache, mode):
@@ -252,8 +304,7 @@ def test_wrong_sha256_is_refused_and_leaves_nothing(hub, cache, mode):
   assert os.listdir(cache / "gpt2") == ["config.json"]
 
 def test_missing_file_on_the_server(hub, cache):
-  """A 404 (the server has no such repository) is a LoadError naming the status, and creates no cache
-  folder."""
+  """A 404 (the server has no such repository) is a LoadError naming the status, and makes no cache folder."""
   with pytest.raises(LoadError, match="404") as e:
     load_model("gpt2-medium")
   one_sentence(e)
@@ -264,6 +315,15 @@ def test_no_network_says_to_use_a_folder(cache, closed_port, monkeypatch):
   folder."""
   monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{closed_port}")
   with pytest.raises(LoadError, match="put config.json and model.safetensors .* in a folder") as e:
+    load_model("gpt2")
+  one_sentence(e)
+
+def test_cache_that_cannot_be_written(hub, tmp_path, monkeypatch):
+  """A cache location that is no folder (here a file) is a LoadError that says to point XDG_CACHE_HOME
+  elsewhere."""
+  (tmp_path / "a-file").write_text("")
+  monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "a-file"))
+  with pytest.raises(LoadError, match="point XDG_CACHE_HOME at a folder you can write to") as e:
     load_model("gpt2")
   one_sentence(e)
 
@@ -305,19 +365,17 @@ def test_corrupt_safetensors(checkpoint, tmp_path, damage):
   """Garbage bytes, or a model.safetensors cut anywhere, is refused with advice to fetch it again."""
   folder = shutil.copytree(checkpoint, tmp_path / "ckpt")
   data = (folder / "model.safetensors").read_bytes()
-  bad = {"garbage": np.random.default_rng(0).bytes(len(data)),
-         "header cut": data[:40],
-         "data cut": data[:len(data) // 2],
-         "one byte short": data[:-1],
-         "empty": b""}[damage]
+  bad = {"garbage": np.random.default_rng(0).bytes(len(data)), "header cut": data[:40],
+         "data cut": data[:len(data) // 2], "one byte short": data[:-1], "empty": b""}[damage]
   (folder / "model.safetensors").write_bytes(bad)
   with pytest.raises(LoadError, match="Cannot read .*model.safetensors.*fetch it again") as e:
     load_model(str(folder))
   one_sentence(e)
   # say what is wrong: the size against what the header promises, or that there is no header at all
-  expected = {"data cut": "cut short", "one byte short": "cut short", "garbage": "no safetensors header",
-              "header cut": "no safetensors header", "empty": "no safetensors header"}[damage]
-  assert expected in str(e.value)
+  if damage in ("data cut", "one byte short"):
+    assert f"is {len(bad):,} bytes but its header promises {len(data):,}, so it is cut short" in str(e.value)
+  else:
+    assert f"its {len(bad):,} bytes hold no safetensors header" in str(e.value)
 
 @pytest.mark.parametrize("text", ["{not json", "", "[1, 2]", '{"n_layer": 1}'])
 def test_config_that_is_not_json(checkpoint, tmp_path, text):
@@ -338,12 +396,19 @@ def test_config_with_impossible_numbers(checkpoint, tmp_path, key, value):
     load_model(str(folder))
   one_sentence(e)
 
-def test_folder_that_does_not_exist(cache):
+@pytest.mark.parametrize("path", ["/no/such/folder", "no/such/folder", "./no-such", "~/no-such"])
+def test_folder_that_does_not_exist(cache, path):
   """A path that is no folder is not called an unknown model name: the message says the folder does not
   exist."""
-  with pytest.raises(LoadError, match="The folder /no/such/folder does not exist") as e:
-    load_model("/no/such/folder")
+  with pytest.raises(LoadError, match=f"The folder {path} does not exist: give the path of a folder") as e:
+    load_model(path)
   one_sentence(e)
+
+def test_folder_under_home(checkpoint, tmp_path, monkeypatch):
+  """A folder given as ~/... is looked for in the home folder, as a shell would."""
+  monkeypatch.setenv("HOME", str(tmp_path))
+  shutil.copytree(checkpoint, tmp_path / "ckpt")
+  assert weights.checkpoint_dir("~/ckpt") == tmp_path / "ckpt"
 
 # --- the tokenizer, offline ---
 
@@ -399,14 +464,26 @@ def test_tokenizer_no_network_empty_cache(offline_tiktoken):
 # --- writing a checkpoint ---
 
 def test_save_model_is_load_models_inverse(checkpoint, tmp_path):
-  """save_model writes the Hub's layout (the names, shapes and dtype that tests/tiny.py writes independently),
-  and loading it back gives the same logits."""
-  safetensors = pytest.importorskip("safetensors.numpy",
-                                    reason="the layout check reads with safetensors (requirements-hf.txt)")
+  """save_model writes the Hub's layout: the tensors tests/tiny.py writes independently (names, shapes,
+  float32, Conv1D weights (in, out), the same values), no KV cache, and a config.json that reads back; loading
+  it gives the same logits."""
   model = load_model(str(checkpoint))
+  before = logits(model, TOKENS)  # a run allocates the KV caches: state, not weights, so not saved
   folder = weights.save_model(model, tmp_path / "saved")
-  saved = {k: (v.shape, v.dtype) for k, v in safetensors.load_file(folder / "model.safetensors").items()}
-  hub = {k: (v.shape, v.dtype) for k, v in safetensors.load_file(checkpoint / "model.safetensors").items()
-         if not k.endswith(".attn.bias")}
-  assert saved == hub
-  np.testing.assert_array_equal(logits(load_model(str(folder)), TOKENS), logits(model, TOKENS))
+  assert sorted(os.listdir(folder)) == ["config.json", "model.safetensors"]
+  hub = {k: v for k, v in hub_tensors(**SHAPE, seed=0, std=0.5).items() if not k.endswith(".attn.bias")}
+  saved = {k: v.to(None).numpy() for k, v in safe_load(folder / "model.safetensors").items()}
+  assert {k: (v.shape, v.dtype) for k, v in saved.items()} == {k: (v.shape, v.dtype) for k, v in hub.items()}
+  for k, v in hub.items():
+    np.testing.assert_array_equal(saved[k], v, err_msg=k)
+  config = json.loads((folder / "config.json").read_text())
+  assert config["model_type"] == "gpt2" and config["architectures"] == ["GPT2LMHeadModel"]
+  assert weights.read_config(folder) == model.config
+  np.testing.assert_array_equal(logits(load_model(str(folder)), TOKENS), before)
+
+def test_save_model_writes_float32(checkpoint, tmp_path):
+  """A float16 model is saved as float32, as the Hub's checkpoints are: its values, widened."""
+  folder = weights.save_model(load_model(str(checkpoint), dtypes.float16), tmp_path / "saved")
+  hub = hub_tensors(**SHAPE, seed=0, std=0.5)
+  for k, v in safe_load(folder / "model.safetensors").items():
+    np.testing.assert_array_equal(v.to(None).numpy(), hub[k].astype(np.float16).astype(np.float32), err_msg=k)
