@@ -28,12 +28,12 @@ import tiktoken
 from tinygrad import Device, Tensor, TinyJit, dtypes
 from tinygrad.helpers import tqdm
 from tinygrad.nn.state import get_parameters
-from cli import main, warm_up
+from cli import load_models, main, warm_up
 from gpt2 import GPT2
 from sampling import Sampling
 from speculative import NgramDraft, Stats, autoregressive_sample, expected_tokens_per_loop, predicted_speedup
 from speculative import read, speculative_sample
-from weights import LoadError, checkpoint_dir, load_model, load_tokenizer, random_model, save_model
+from weights import LoadError, checkpoint_dir, load_tokenizer, save_model
 
 SHARED_TOKENIZER = pathlib.Path(__file__).resolve().parent.parent / "shared" / "gpt2-tokenizer"
 GPT2_VOCAB = 50257
@@ -54,16 +54,6 @@ SCORING_T = range(1, 9)  # --scoring times one call of each of these many tokens
 SCORING_REPS = 7         # and takes the median of this many calls, after the two that compile and capture
 
 # ***** models and prompts *****
-
-def load_target(args: argparse.Namespace) -> GPT2:
-  """The target q: a checkpoint, or with --random random weights of its shape (seed 0)."""
-  return random_model(args.target, seed=0) if args.random else load_model(args.target)
-
-def load_draft(args: argparse.Namespace) -> GPT2 | NgramDraft:
-  """The draft p: a checkpoint, or with --random random weights of its shape (seed 1); or prompt lookup."""
-  if args.draft == "ngram":
-    return NgramDraft(args.ngram_max)
-  return random_model(args.draft, seed=1) if args.random else load_model(args.draft)
 
 def find_tokenizer(folder: str | None) -> tiktoken.Encoding | None:
   """GPT-2's tokenizer from folder if given; else the shared copy beside the checkout, else tiktoken's;
@@ -363,6 +353,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
   ap.add_argument("--ngram-max", type=int, default=3, help="with --draft ngram: the longest n-gram to match")
   ap.add_argument("--random", action="store_true", help="random weights with the shapes of --target and "
                   "--draft (a preset, or n_layer,n_head,n_embd); α̂ is then not GPT-2's")
+  ap.add_argument("--half", action="store_true", help="float16 weights (for GPUs)")
   ap.add_argument("-K", "--lookahead", type=int, default=4, help="draft tokens per loop (default 4)")
   ap.add_argument("--sweep", help="comma-separated K values: one row each, and Figure 1 as PNGs")
   ap.add_argument("--max-new-tokens", type=int, default=64,
@@ -421,7 +412,7 @@ def describe(args: argparse.Namespace) -> str:
 
 def run_scoring(args: argparse.Namespace, sampling: Sampling) -> None:
   """--scoring: the time of one target call per T, its host part, t(T)/t(1), and t(1) against the floor."""
-  target = load_target(args)
+  target = load_models(args)[0]
   cost = scoring_cost(target, SCORING_T, SCORING_REPS, sampling)
   kind = " (random weights)" if args.random else ""
   print(f"\ndevice {machine()}\ntarget {args.target}{kind}: one call of T tokens with a Sampling head, then "
@@ -464,7 +455,7 @@ def print_floor(args: argparse.Namespace, rows: list[dict], target_bytes: int) -
 
 def run_table(args: argparse.Namespace, Ks: list[int], sampling: Sampling) -> None:
   """The table mode: Algorithm 1 against Algorithm 2 per K, the floor, the JSON results, and the plots."""
-  target, draft = load_target(args), load_draft(args)
+  target, draft = load_models(args)
   prompts, source = prompt_set(args, target.config.vocab_size)
   sizes = model_bytes(target), model_bytes(draft) if isinstance(draft, GPT2) else 0
   out = pathlib.Path(args.out)

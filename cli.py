@@ -103,11 +103,15 @@ def load_all(args: argparse.Namespace) -> tuple[object, GPT2, GPT2 | NgramDraft]
         missing.append(str(e))
   if missing:
     raise LoadError(" And: ".join(missing) if len(missing) > 1 else missing[0])
+  return (enc, *load_models(args))
+
+def load_models(args: argparse.Namespace) -> tuple[GPT2, GPT2 | NgramDraft]:
+  """The target q and the draft (a model p, or prompt lookup), as --target, --draft, --random (seeds 0 and 1) and
+  --half say."""
   dtype = dtypes.float16 if args.half else dtypes.float32
   def model(name: str, seed: int) -> GPT2:
     return random_model(name, dtype, seed) if args.random else load_model(name, dtype)
-  return (enc, model(args.target, 0),
-          NgramDraft(args.ngram_max) if args.draft == "ngram" else model(args.draft, 1))
+  return model(args.target, 0), NgramDraft(args.ngram_max) if args.draft == "ngram" else model(args.draft, 1)
 
 def check_args(args: argparse.Namespace) -> None:
   """Refuse bad settings with one sentence before anything loads:
@@ -129,6 +133,9 @@ def warm_up(target: GPT2, draft: GPT2 | NgramDraft, K: int, sampling: Sampling) 
   the target scores 1 to K+1 tokens (an n-gram draft proposes 0 to K),
   a draft model takes 1 token, or 2 after an all-accept round.
   Each shape takes two calls: the first runs and compiles, the second captures the compiled step."""
+  search = (" and searching the fastest (minutes the first time on this machine, then cached in "
+            "~/.cache/tinygrad; BEAM=0 skips the search)") if target.search else ""
+  print(f"warming up on {Device.DEFAULT}: compiling kernels{search}...", file=sys.stderr)
   for _ in range(2):
     for T in range(1, K + 2):
       next_probs(target, [0] * T, 0, T, sampling)
@@ -145,7 +152,6 @@ def run(args: argparse.Namespace) -> None:
                      f"not GPT-2's {enc.n_vocab}: the GPT-2 tokenizer cannot drive it.")
   prompt = enc.encode(args.prompt)
   check_run([target] + ([draft] if isinstance(draft, GPT2) else []), prompt, args.max_new_tokens)
-  print(f"warming up on {Device.DEFAULT} (compiling kernels)...", file=sys.stderr)
   warm_up(target, draft, K, Sampling(args.temperature, args.top_k, args.top_p))
   speculative_sample(target, draft, prompt, 3 * (K + 1), K=K, **settings)  # and the shapes of this
                                                                             # prompt's first round

@@ -10,9 +10,10 @@ It writes those T positions into the cache. Rolling back is calling again with a
 positions at or past it are overwritten before they are read. Weights come from weights.py.
 """
 from __future__ import annotations
+import os
 from dataclasses import dataclass
 from typing import Callable
-from tinygrad import Tensor, TinyJit, UOp, Variable, dtypes, nn
+from tinygrad import Context, Device, Tensor, TinyJit, UOp, Variable, dtypes, nn
 
 @dataclass(frozen=True)
 class GPT2Config:
@@ -39,15 +40,21 @@ PRESETS = {
   "gpt2-xl":     GPT2Config(n_layer=48, n_head=25, n_embd=1600),   # 1.5B
 }
 
-BLOCK = 16  # a longer input (a prompt) goes in blocks of at most 16 tokens: each replays a compiled step
-# A block of 2 or more tokens runs as a multiple of ROWS rows (see GPT2.forward): tinygrad's default kernels
-# read a weight once for all the rows of a block only when 3 or 4 divides the row count.
+BLOCK = 8  # a longer input (a prompt) goes in blocks of at most 8 tokens, the sizes a round scores anyway
+
+# Kernel search. tinygrad's default kernels leave most of the speed of GPT-2's few matrix shapes on the table;
+# BEAM search times candidate layouts of each kernel of a compiled step and keeps the fastest (on a 2-core CPU,
+# gpt2: 1 token 112 -> 43 ms, 5 tokens 218 -> 63 ms). tinygrad caches the result on disk (~/.cache/tinygrad),
+# so each call shape is searched once per machine: minutes, the first time. BEAM=0 skips the search.
+SEARCH = int(os.environ.get("BEAM", 2))
+# Without the search, a block of 2 or more tokens runs as a multiple of ROWS rows (see GPT2.forward): tinygrad's
+# default kernels read a weight once for all the rows of a block only when 3 or 4 divides the row count.
 ROWS = 4
 
-def pad_rows(x: Tensor) -> Tensor:
-  """x (1, T, C) with zero rows appended up to a multiple of ROWS; one row (matrix-vector) stays one."""
+def pad_rows(x: Tensor, rows: int) -> Tensor:
+  """x (1, T, C) with zero rows appended up to a multiple of rows; one row (matrix-vector) stays one."""
   T = x.shape[1]
-  return x.pad((None, (0, -T % ROWS if T > 1 else 0), None))
+  return x.pad((None, (0, -T % rows if T > 1 else 0), None))
 
 class Attention:
   def __init__(self, cfg: GPT2Config):
@@ -93,6 +100,8 @@ class GPT2:
     self.h = [Block(cfg) for _ in range(cfg.n_layer)]
     self.ln_f = nn.LayerNorm(cfg.n_embd, eps=cfg.norm_eps)
     self.steps: dict[tuple, tuple[TinyJit, list[UOp]]] = {}  # compiled calls and their Variables (see step)
+    # DEV=NULL runs no kernel, so there is nothing to time there
+    self.search = 0 if Device.DEFAULT == "NULL" else SEARCH
 
   def make_cache(self) -> None:
     """Allocate zeroed KV caches in the weights' dtype and device, once: compiled steps point at them.
@@ -114,15 +123,19 @@ class GPT2:
     T = len(ids)
     # each id picks its embedding row with a slice, so a symbolic id is just a number bound at each call
     x = Tensor.cat(*[self.wte.weight.shrink(((i, i + 1), None)) for i in ids]).unsqueeze(0)
-    x = pad_rows(x + self.wpe.weight[start_pos:start_pos + T])
-    # Padding: a block runs as a multiple of ROWS rows, zero rows after the real ones, whose logits are
+    rows = 1 if self.search else ROWS  # searched kernels need no padding
+    x = pad_rows(x + self.wpe.weight[start_pos:start_pos + T], rows)
+    # Padding: a block runs as a multiple of rows, zero rows after the real ones, whose logits are
     # dropped. The mask hides them from the real rows; their keys and values go to the cache past the real
     # positions, where entries are stale anyway: overwritten before they are read.
     for block in self.h:
       x = block(x, start_pos)
-    # The LM head (tied to the token embedding) for the last `last` rows, padded too. contiguous() before
-    # dropping the padding rows, or a lazy slice would shrink the matmul itself back to `last` rows.
-    logits = (pad_rows(self.ln_f(x[:, T - last:T])) @ self.wte.weight.T).contiguous()[:, :last]
+    # The LM head (tied to the token embedding) for the last `last` rows, padded too, and over 50304 tokens, not
+    # 50257 (a prime, which no thread count divides). contiguous() before dropping the padding, or a lazy
+    # slice would shrink the matmul itself back.
+    V = self.config.vocab_size
+    w = self.wte.weight.pad(((0, -V % 64), None))
+    logits = (pad_rows(self.ln_f(x[:, T - last:T]), rows) @ w.T).contiguous()[:, :last, :V]
     return logits.cast(dtypes.float32)
 
   def step(self, ids: list[int], start_pos: int, last: int,
@@ -140,7 +153,8 @@ class GPT2:
       variables = [Variable("start_pos", 0, cfg.n_ctx - T)] + ids_vars
       self.steps[(T, last, head)] = TinyJit(run), variables
     jit, variables = self.steps[(T, last, head)]
-    return jit(*(v.bind(int(n)) for v, n in zip(variables, [start_pos, *ids])))
+    with Context(BEAM=self.search if jit.cnt < 2 else 0):  # the two calls that compile search (see SEARCH)
+      return jit(*(v.bind(int(n)) for v, n in zip(variables, [start_pos, *ids])))
 
   def __call__(self, ids: list[int], start_pos: int, last: int | None = None,
                head: Callable[[Tensor], Tensor] | None = None) -> Tensor:

@@ -35,8 +35,11 @@ def scale_weights(model: GPT2, factor: float) -> GPT2:
 def tiny_model(scale: float = 1.0, seed: int = 0) -> GPT2:
   """The tiny target (scale 1), or a draft (scale a little under 1): random_model(TINY_SHAPE, seed=seed) with
   every weight multiplied by TARGET_SCALE · scale. The same seed draws the same network; a smaller scale only
-  flattens its distributions, so its likeliest tokens stay the target's."""
-  return scale_weights(random_model(TINY_SHAPE, seed=seed), TARGET_SCALE * scale)
+  flattens its distributions, so its likeliest tokens stay the target's. Its kernels are not searched (see
+  gpt2.SEARCH): a toy's calls are too short for the minutes of search to pay."""
+  model = scale_weights(random_model(TINY_SHAPE, seed=seed), TARGET_SCALE * scale)
+  model.search = 0
+  return model
 
 def load_models(models: str, draft_scales: tuple[float, ...] = (0.94,)) -> tuple[GPT2, dict[str, GPT2]]:
   """The target q and named drafts p.

@@ -112,6 +112,25 @@ def test_dropping_a_model_frees_its_memory(tmp_path):
   gc.collect()
   assert used > 100_000 and GlobalCounters.mem_used - before < 0.01 * used
 
+def test_searched_kernels_give_the_same_logits(tmp_path, monkeypatch):
+  """The fast path, which the rest of the suite skips (tests/conftest.py): a model whose search is on sends each
+  kernel of a new call shape through tinygrad's BEAM search while the step compiles, and not when it
+  replays; its logits are the default kernels' up to float32 rounding."""
+  import tinygrad.codegen.opt.search as search
+  searched, beam_search = [], search.beam_search
+  monkeypatch.setattr(search, "beam_search", lambda k, *args: searched.append(k) or beam_search(k, *args))
+  folder = write_checkpoint(tmp_path, n_layer=1, n_head=2, n_embd=16, vocab_size=40, n_ctx=16, seed=4)
+  model, ref = load_model(str(folder)), load_model(str(folder))
+  model.search = 1
+  tokens = [3, 1, 4]
+  for _ in range(2):  # run, then capture: both compile
+    got = logits(model, tokens, 0)
+  assert searched, "no kernel went through the search"
+  n = len(searched)
+  np.testing.assert_allclose(logits(model, tokens, 0), logits(ref, tokens, 0), atol=1e-5)
+  assert len(searched) == n, "a replay searched again"
+  assert got.shape == (3, 40)
+
 def test_float16_weights_give_float32_logits(tmp_path):
   folder = write_checkpoint(tmp_path, std=0.2)
   tokens = list(range(20))
