@@ -153,10 +153,10 @@ def run(args: argparse.Namespace) -> None:
   prompt = enc.encode(args.prompt)
   check_run([target] + ([draft] if isinstance(draft, GPT2) else []), prompt, args.max_new_tokens)
   warm_up(target, draft, K, Sampling(args.temperature, args.top_k, args.top_p))
-  speculative_sample(target, draft, prompt, 3 * (K + 1), K=K, **settings)  # and the shapes of this
-                                                                            # prompt's first round
-  if args.compare:
-    autoregressive_sample(target, prompt, 3, **settings)
+  for _ in range(2):  # and the shapes that read this prompt: the first call compiles, the second captures
+    speculative_sample(target, draft, prompt, 3 * (K + 1), K=K, **settings)
+    if args.compare:
+      autoregressive_sample(target, prompt, 3, **settings)
   print(args.prompt, end="", flush=True)
   _, _, stats = speculative_sample(target, draft, prompt, args.max_new_tokens, K=K,
                                    stream=printer(enc, args.trace), **settings)
