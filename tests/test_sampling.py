@@ -2,7 +2,7 @@
 weight."""
 import numpy as np, pytest
 from tinygrad import Tensor
-from sampling import Sampling, sample
+from sampling import Sampling, largest_reaching, sample
 
 def reference(logits: np.ndarray, k: int, p: float) -> tuple[np.ndarray, np.ndarray]:
   """The definitions in NumPy, by sorting: top-k keeps logits >= the k-th largest; top-p keeps a token if the
@@ -60,3 +60,71 @@ def test_sample_draws_by_weight_and_never_a_zero():
   assert counts[::3].sum() == 0
   expected = 40_000 * weights / weights.sum()
   assert np.abs(counts - expected).max() < 6 * np.sqrt(expected.max())  # within 6 standard deviations
+
+# --- the bit-by-bit search itself, on keys built to catch an off-by-one in any bit ---
+
+def reaching_reference(key: np.ndarray, target: int, weight: np.ndarray | None) -> np.ndarray:
+  """largest_reaching's definition, by brute force: per row, the largest key whose keys >= it weigh at least
+  target, or 0 if none does."""
+  weight = np.ones_like(key, dtype=np.int64) if weight is None else weight
+  return np.array([[max([u for u in np.unique(k) if w[k >= u].sum() >= target], default=0)]
+                   for k, w in zip(key.astype(np.int64), weight)], dtype=np.uint32)
+
+def keys(kind: str, rng: np.random.Generator) -> np.ndarray:
+  """3 rows of 40 uint32 keys below 2**30 (top-p's range) or 2**32."""
+  if kind == "lowest bit":  # two values one apart: only the last bit decides
+    return (0x80000000 + rng.integers(0, 2, (3, 40))).astype(np.uint32)
+  if kind == "a few apart":  # neighbours across several low bits, a carry into bit 3 included
+    return (0x7FFFFFF9 + rng.integers(0, 12, (3, 40))).astype(np.uint32)
+  if kind == "extremes":  # 0, 1, the top bit alone, the largest keys
+    return rng.choice(np.array([0, 1, 2, 0x80000000, 0xFFFFFFFE, 0xFFFFFFFF], np.uint32), (3, 40))
+  if kind == "30 bits":  # float32 bits of probabilities, 1.0 (0x3F800000) and the smallest subnormal included
+    k = rng.integers(0, 0x3F800000, (3, 40)).astype(np.uint32)
+    k[:, :3] = [0x3F800000, 1, 0]
+    return k
+  return rng.integers(0, 2**32, (3, 40), dtype=np.uint64).astype(np.uint32)  # "spread"
+
+@pytest.mark.parametrize("kind", ["lowest bit", "a few apart", "extremes", "30 bits", "spread"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_largest_reaching_finds_the_exact_key(kind, weighted):
+  """Every target from 1 to past the total: the k-th largest key (ties counted), or the key where the
+  weight from the top reaches target, down to its last bit."""
+  rng = np.random.default_rng(len(kind) * 2 + weighted)
+  key = keys(kind, rng)
+  weight = rng.integers(0, 1000, key.shape) if weighted else None
+  bits = 30 if kind == "30 bits" else 32
+  total = int((np.ones_like(key) if weight is None else weight).sum(-1).min())
+  for target in sorted({1, 2, 3, total // 3, total // 2, total - 1, total, total + 1} - {0}):
+    got = largest_reaching(Tensor(key), target, bits, None if weight is None else Tensor(weight)).numpy()
+    np.testing.assert_array_equal(got, reaching_reference(key, target, weight), err_msg=f"target {target}")
+
+# --- the filters at their edges ---
+
+def ulps(start: float, n: int) -> np.ndarray:
+  """n consecutive float32 values from start up: logits whose keys differ only in their lowest bits."""
+  return (np.array(start, np.float32).view(np.int32) + np.arange(n, dtype=np.int32)).view(np.float32)
+
+@pytest.mark.parametrize("row", ["one ulp apart", "negative, one ulp apart", "across zero", "all equal"])
+def test_top_k_at_every_k_on_neighbouring_logits(row):
+  """Logits one float apart (positive, negative, either side of 0, where -0.0 ties with 0.0): each k keeps
+  exactly the logits >= the k-th largest."""
+  rng = np.random.default_rng(7)
+  logits = {"one ulp apart": ulps(1.0, 9), "negative, one ulp apart": -ulps(3.0, 9),
+            "across zero": np.float32([-0.0, 0.0, 1e-45, -1e-45, 2e-45, -2e-45, 1e-38, -1e-38, 0.5]),
+            "all equal": np.full(9, -2.5, np.float32)}[row]
+  logits = np.stack([rng.permutation(logits) for _ in range(2)])
+  for k in range(1, 10):
+    got = Sampling(top_k=k)(Tensor(logits)).numpy()
+    kth = np.sort(logits, -1)[:, [-k]]
+    assert np.array_equal(got > 0, logits >= kth), f"k {k}"
+
+def test_top_p_extremes():
+  """A tiny top_p keeps the most likely token and its ties only; top_p just below 1 drops only the tokens
+  whose mass is negligible next to 1 - top_p, and an all-equal row keeps everything either way."""
+  logits = np.array([[2.0, 1.0, 2.0, 0.0, -30.0, 1.0],   # e^-32: 1e-14 of the mass
+                     [0.5, 0.5, 0.5, 0.5, 0.5, 0.5]], np.float32)
+  tiny = Sampling(top_p=1e-7)(Tensor(logits)).numpy()
+  assert np.array_equal(tiny > 0, [[1, 0, 1, 0, 0, 0], [1, 1, 1, 1, 1, 1]])
+  np.testing.assert_allclose(tiny.sum(-1), 1, rtol=1e-6)
+  most = Sampling(top_p=1 - 1e-6)(Tensor(logits)).numpy()  # float32 sums of probabilities err by ~1e-7
+  assert np.array_equal(most > 0, [[1, 1, 1, 1, 0, 1], [1, 1, 1, 1, 1, 1]])
