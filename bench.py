@@ -28,7 +28,7 @@ import tiktoken
 from tinygrad import Device, Tensor, TinyJit, dtypes
 from tinygrad.helpers import tqdm
 from tinygrad.nn.state import get_parameters
-from cli import load_models, main, warm_up
+from cli import load_draft, load_target, main, warm_up
 from gpt2 import GPT2
 from sampling import Sampling
 from speculative import NgramDraft, Stats, autoregressive_sample, expected_tokens_per_loop, predicted_speedup
@@ -412,7 +412,7 @@ def describe(args: argparse.Namespace) -> str:
 
 def run_scoring(args: argparse.Namespace, sampling: Sampling) -> None:
   """--scoring: the time of one target call per T, its host part, t(T)/t(1), and t(1) against the floor."""
-  target = load_models(args)[0]
+  target = load_target(args)
   cost = scoring_cost(target, SCORING_T, SCORING_REPS, sampling)
   kind = " (random weights)" if args.random else ""
   print(f"\ndevice {machine()}\ntarget {args.target}{kind}: one call of T tokens with a Sampling head, then "
@@ -455,7 +455,7 @@ def print_floor(args: argparse.Namespace, rows: list[dict], target_bytes: int) -
 
 def run_table(args: argparse.Namespace, Ks: list[int], sampling: Sampling) -> None:
   """The table mode: Algorithm 1 against Algorithm 2 per K, the floor, the JSON results, and the plots."""
-  target, draft = load_models(args)
+  target, draft = load_target(args), load_draft(args)
   prompts, source = prompt_set(args, target.config.vocab_size)
   sizes = model_bytes(target), model_bytes(draft) if isinstance(draft, GPT2) else 0
   out = pathlib.Path(args.out)

@@ -103,15 +103,20 @@ def load_all(args: argparse.Namespace) -> tuple[object, GPT2, GPT2 | NgramDraft]
         missing.append(str(e))
   if missing:
     raise LoadError(" And: ".join(missing) if len(missing) > 1 else missing[0])
-  return (enc, *load_models(args))
+  return enc, load_target(args), load_draft(args)
 
-def load_models(args: argparse.Namespace) -> tuple[GPT2, GPT2 | NgramDraft]:
-  """The target q and the draft (a model p, or prompt lookup), as --target, --draft, --random (seeds 0 and 1) and
-  --half say."""
+def load_target(args: argparse.Namespace) -> GPT2:
+  """The target q, as --target, --random (seed 0) and --half say."""
+  return load_named(args, args.target, seed=0)
+
+def load_draft(args: argparse.Namespace) -> GPT2 | NgramDraft:
+  """The draft: prompt lookup, or a model p as --draft, --random (seed 1) and --half say."""
+  return NgramDraft(args.ngram_max) if args.draft == "ngram" else load_named(args, args.draft, seed=1)
+
+def load_named(args: argparse.Namespace, name: str, seed: int) -> GPT2:
+  """A checkpoint, or with --random random weights of its shape; float16 with --half."""
   dtype = dtypes.float16 if args.half else dtypes.float32
-  def model(name: str, seed: int) -> GPT2:
-    return random_model(name, dtype, seed) if args.random else load_model(name, dtype)
-  return model(args.target, 0), NgramDraft(args.ngram_max) if args.draft == "ngram" else model(args.draft, 1)
+  return random_model(name, dtype, seed) if args.random else load_model(name, dtype)
 
 def check_args(args: argparse.Namespace) -> None:
   """Refuse bad settings with one sentence before anything loads:
