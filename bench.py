@@ -411,19 +411,24 @@ def describe(args: argparse.Namespace) -> str:
   return f"target {args.target}, draft {args.draft}{kind}"
 
 def run_scoring(args: argparse.Namespace, sampling: Sampling) -> None:
-  """--scoring: the time of one target call per T, its host part, t(T)/t(1), and t(1) against the floor."""
+  """--scoring: the time of one target call per T, its host part, t(T)/t(1), the arithmetic rate, and t(1)
+  against the floor."""
   target = load_target(args)
   cost = scoring_cost(target, SCORING_T, SCORING_REPS, sampling)
   kind = " (random weights)" if args.random else ""
   print(f"\ndevice {machine()}\ntarget {args.target}{kind}: one call of T tokens with a Sampling head, then "
         f"its probabilities copied to the host; median of {SCORING_REPS}")
-  print("  T   total ms    host ms   host share   t(T)/t(1)")
+  target_bytes = model_bytes(target)
+  params = target_bytes // target.wte.weight.dtype.itemsize
+  print("  T   total ms    host ms   host share   t(T)/t(1)   GFLOP/s")
   for T, (t, host) in cost.items():
-    print(f"{T:>3}  {1e3 * t:>9.3f}  {1e3 * host:>9.3f}  {100 * host / t:>10.0f}%  {t / cost[1][0]:>10.2f}")
+    print(f"{T:>3}  {1e3 * t:>9.3f}  {1e3 * host:>9.3f}  {100 * host / t:>10.0f}%  {t / cost[1][0]:>10.2f}"
+          f"  {2 * params * T / t / 1e9:>8.1f}")
   print("host: the time until model(...) returns, before its result is read. On an asynchronous\n"
         "device (CUDA, Metal) that is the host work, the kernels being only queued; on the CPU backend they\n"
-        "run inside the call.")
-  target_bytes = model_bytes(target)
+        "run inside the call.\n"
+        "GFLOP/s: 2 × weights × T (each weight is a multiply and an add per token) ÷ total: where this rate\n"
+        "meets the device's peak, each extra token costs its arithmetic, and t(T)/t(1) grows with T.")
   bandwidth, source = find_bandwidth(args.bandwidth)
   print(f"\nweights read per call: target {target_bytes / 1e9:.3f} GB")
   timings = {"one call of T = 1 (Algorithm 1's step)": 1e3 * cost[1][0]}

@@ -48,11 +48,12 @@ def test_scoring_prints_total_host_and_ratio_per_T():
   assert out.returncode == 0, out.stderr
   lines = out.stdout.splitlines()
   header = next(i for i, line in enumerate(lines) if "total ms" in line)
-  assert lines[header].split() == ["T", "total", "ms", "host", "ms", "host", "share", "t(T)/t(1)"]
+  assert lines[header].split() == ["T", "total", "ms", "host", "ms", "host", "share", "t(T)/t(1)", "GFLOP/s"]
   rows = [line.split() for line in lines[header + 1:header + 9]]
   assert [row[0] for row in rows] == [str(T) for T in range(1, 9)]
   assert all(re.fullmatch(r"\d+\.\d{3}", row[1]) and re.fullmatch(r"\d+\.\d{3}", row[2]) for row in rows)
   assert rows[0][4] == "1.00" and all(re.fullmatch(r"\d+\.\d\d", row[4]) for row in rows)
+  assert all(re.fullmatch(r"\d+\.\d", row[5]) for row in rows)
   assert "memory-bandwidth floor" in out.stdout and "x the floor" in out.stdout  # the bandwidth, measured
 
 @pytest.mark.skipif(not TOKENIZER_DIR.is_dir(), reason=f"--prompt needs GPT-2's tokenizer in {TOKENIZER_DIR}")
