@@ -422,8 +422,9 @@ def run_scoring(args: argparse.Namespace, sampling: Sampling) -> None:
   params = target_bytes // target.wte.weight.dtype.itemsize
   print("  T   total ms    host ms   host share   t(T)/t(1)   GFLOP/s")
   for T, (t, host) in cost.items():
+    rate = "-" if Device.DEFAULT == "NULL" else f"{2 * params * T / t / 1e9:.1f}"  # NULL runs no arithmetic
     print(f"{T:>3}  {1e3 * t:>9.3f}  {1e3 * host:>9.3f}  {100 * host / t:>10.0f}%  {t / cost[1][0]:>10.2f}"
-          f"  {2 * params * T / t / 1e9:>8.1f}")
+          f"  {rate:>8}")
   print("host: the time until model(...) returns, before its result is read. On an asynchronous\n"
         "device (CUDA, Metal) that is the host work, the kernels being only queued; on the CPU backend they\n"
         "run inside the call.\n"

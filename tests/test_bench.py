@@ -56,6 +56,16 @@ def test_scoring_prints_total_host_and_ratio_per_T():
   assert all(re.fullmatch(r"\d+\.\d", row[5]) for row in rows)
   assert "memory-bandwidth floor" in out.stdout and "x the floor" in out.stdout  # the bandwidth, measured
 
+def test_scoring_on_null_reports_host_work_and_no_arithmetic_rate():
+  # DEV=NULL runs no kernel: a GFLOP/s figure there would be a fiction, and the floor needs a given bandwidth
+  out = run_script("bench.py", "--random", "--target", "1,2,16", "--scoring", "--bandwidth", "100",
+                   env={"DEV": "NULL", "NULL_ALLOW_COPYOUT": "1"})
+  assert out.returncode == 0, out.stderr
+  lines = out.stdout.splitlines()
+  header = next(i for i, line in enumerate(lines) if "total ms" in line)
+  assert [line.split()[-1] for line in lines[header + 1:header + 9]] == ["-"] * 8
+  assert "host work only" in out.stdout
+
 @pytest.mark.skipif(not TOKENIZER_DIR.is_dir(), reason=f"--prompt needs GPT-2's tokenizer in {TOKENIZER_DIR}")
 def test_own_prompt_is_used_whole(tmp_path):
   prompt = "one two three one two three one two three one two"
