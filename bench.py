@@ -28,14 +28,13 @@ import tiktoken
 from tinygrad import Device, Tensor, TinyJit, dtypes
 from tinygrad.helpers import tqdm
 from tinygrad.nn.state import get_parameters
-from cli import load_draft, load_target, main, warm_up
-from gpt2 import GPT2
+from cli import load_draft, load_target, main, search_kernels, warm_up
+from gpt2 import GPT2, MAX_ROWS, host
 from sampling import Sampling
 from speculative import NgramDraft, Stats, autoregressive_sample, expected_tokens_per_loop, predicted_speedup
-from speculative import read, speculative_sample
+from speculative import speculative_sample
 from weights import LoadError, checkpoint_dir, load_tokenizer, save_model
 
-SHARED_TOKENIZER = pathlib.Path(__file__).resolve().parent.parent / "shared" / "gpt2-tokenizer"
 GPT2_VOCAB = 50257
 PROMPT_LEN = 8  # built-in prompts are cut to this many tokens: all runs compile and replay the same kernels
 PROMPTS = [
@@ -56,16 +55,14 @@ SCORING_REPS = 7         # and takes the median of this many calls, after the tw
 # ***** models and prompts *****
 
 def find_tokenizer(folder: str | None) -> tiktoken.Encoding | None:
-  """GPT-2's tokenizer from folder if given; else the shared copy beside the checkout, else tiktoken's;
-  None if there is none."""
-  if folder:
-    return load_tokenizer(folder)  # asked for by name: if it cannot be had, say so
-  for candidate in [str(SHARED_TOKENIZER)] * SHARED_TOKENIZER.is_dir() + [None]:  # None: tiktoken's cache
-    try:
-      return load_tokenizer(candidate)
-    except LoadError:
-      continue
-  return None
+  """GPT-2's tokenizer from folder if given, else the one shipped in demo/ (or tiktoken's); None if there is
+  none."""
+  try:
+    return load_tokenizer(folder)
+  except LoadError:
+    if folder:
+      raise  # asked for by name: if it cannot be had, say so
+    return None
 
 def prompt_set(args: argparse.Namespace, vocab_size: int) -> tuple[list[list[int]], str]:
   """--prompts prompts and where they come from: --prompt whole, or the built-in ones cut to PROMPT_LEN tokens
@@ -98,15 +95,18 @@ def total(stats: list[Stats]) -> Stats:
   return Stats(**{name: sum(getattr(s, name) for s in stats) for name in numbers})
 
 def run_pairs(target: GPT2, draft: GPT2 | NgramDraft, prompts: list[list[int]], n_tokens: int, K: int,
-              sampling: Sampling, bar: tqdm) -> list[tuple[Stats, Stats]]:
-  """Warm up, then continue each prompt i with Algorithm 1 and Algorithm 2, both with seed i: their Stats."""
+              sampling: Sampling, bar: tqdm, search: bool) -> list[tuple[Stats, Stats]]:
+  """Warm up (and with search, search the kernels), then continue each prompt i with Algorithm 1 and
+  Algorithm 2, both with seed i: their Stats."""
   settings = dict(temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p, eos=None)
   def pair(prompt: list[int], seed: int, n: int) -> tuple[Stats, Stats]:
-    base = autoregressive_sample(target, prompt, n, seed=seed, **settings)[1]
+    base = autoregressive_sample(target, prompt, n, seed=seed, rows=K + 1, **settings)[1]
     return base, speculative_sample(target, draft, prompt, n, K=K, seed=seed, **settings)[2]
   warm_up(target, draft, K, sampling)
-  for _ in range(2):  # and twice the shapes that read the prompt: one call compiles, the next captures
+  for _ in range(2):  # and Algorithm 1's one-row step: one call compiles, the next captures
     pair(prompts[0], 0, 3 * (K + 1))
+  if search:
+    search_kernels([target] + ([draft] if isinstance(draft, GPT2) else []))
   runs = []
   for seed, prompt in enumerate(prompts):
     runs.append(pair(prompt, seed, n_tokens))
@@ -138,22 +138,25 @@ def summarize(K: int, runs: list[tuple[Stats, Stats]]) -> dict:
 
 # ***** where the time goes: one call, the bytes it reads, the bandwidth *****
 
-def scoring_cost(model: GPT2, lengths: range, reps: int,
-                 sampling: Sampling) -> dict[int, tuple[float, float]]:
-  """Per T: the median seconds of one call of T tokens with its probabilities copied to the host, and of its
-  host part, the time until model(...) returns.
+def scoring_cost(model: GPT2, lengths: range, reps: int, sampling: Sampling,
+                 search: bool) -> dict[int, tuple[float, float]]:
+  """Per T: the median seconds of one compiled step of T rows with its probabilities read on the host, and of
+  its host part, the time until model.step(...) returns. With search, the kernels are searched first, untimed.
 
   On an asynchronous device (CUDA, Metal) the call returns once its kernels are queued, so the host part is
   the host work (binding the Variables, launching the compiled step), the rest the device's and the copy's.
   On the CPU backend the kernels run inside the call, so there the host part includes them.
   """
   times: dict[int, list[tuple[float, float]]] = {T: [] for T in lengths}
+  model.make_cache()
   for r in tqdm(range(reps + 2), desc="scoring (rounds over T)"):
+    if r == 2 and search:
+      search_kernels([model])
     for T in lengths:  # T interleaved, so that a change of load on the machine touches every T alike
       start = time.perf_counter()
-      out = model([0] * T, PROMPT_LEN + r, last=T, head=sampling)
+      out = model.step([0] * T, PROMPT_LEN + r, T, sampling)
       returned = time.perf_counter()
-      read(out)
+      host(out).astype(np.float64)  # as next_probs reads it
       if r >= 2:  # the first two calls of a shape compile it and capture its compiled step
         times[T].append((time.perf_counter() - start, returned - start))
   median = statistics.median
@@ -348,7 +351,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
   ap = argparse.ArgumentParser(description=doc_first, epilog=doc_rest,
                                formatter_class=argparse.RawDescriptionHelpFormatter)
   ap.add_argument("--target", default="gpt2-xl",
-                  help="target model q: gpt2, gpt2-medium, gpt2-large, gpt2-xl or a checkpoint folder")
+                  help="target model q: gpt2, gpt2-medium, gpt2-large, gpt2-xl, demo-target or a checkpoint "
+                  "folder")
   ap.add_argument("--draft", default="gpt2", help="draft model p, as for --target; or ngram (prompt lookup)")
   ap.add_argument("--ngram-max", type=int, default=3, help="with --draft ngram: the longest n-gram to match")
   ap.add_argument("--random", action="store_true", help="random weights with the shapes of --target and "
@@ -368,6 +372,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                   help="keep the most likely tokens up to this mass; 1 is off")
   ap.add_argument("--scoring", action="store_true", help=f"only time one target call of T = {SCORING_T[0]}.."
                   f"{SCORING_T[-1]} tokens: in total, its host part, and against T = 1")
+  ap.add_argument("--search", action="store_true", help="search the fastest kernels before timing (minutes "
+                  "the first time on a machine, then cached; never timed)")
   ap.add_argument("--bandwidth", type=float, help="the device's memory bandwidth in GB/s, for the floor "
                   "(default: measured with a sum over 1 GiB; not on DEV=NULL)")
   ap.add_argument("--vs-hf", action="store_true", help="also run transformers' assisted generation "
@@ -389,8 +395,9 @@ def parse_sweep(args: argparse.Namespace) -> list[int]:
 def check(args: argparse.Namespace, Ks: list[int]) -> Sampling:
   """Refuse bad settings with one sentence each, before any model loads; return the sampling settings."""
   sampling = Sampling(0.0 if args.greedy else args.temperature, args.top_k, args.top_p)
-  if min(Ks) < 1:
-    raise ValueError(f"K (the lookahead) is {min(Ks)}: it must be at least 1.")
+  if not 1 <= min(Ks) <= max(Ks) < MAX_ROWS:
+    raise ValueError(f"K (the lookahead) is {min(Ks) if min(Ks) < 1 else max(Ks)}: it must be in "
+                     f"1..{MAX_ROWS - 1}.")
   if args.max_new_tokens < 1:
     raise ValueError(f"max-new-tokens is {args.max_new_tokens}: it must be at least 1.")
   if args.prompts < 1:
@@ -414,10 +421,10 @@ def run_scoring(args: argparse.Namespace, sampling: Sampling) -> None:
   """--scoring: the time of one target call per T, its host part, t(T)/t(1), the arithmetic rate, and t(1)
   against the floor."""
   target = load_target(args)
-  cost = scoring_cost(target, SCORING_T, SCORING_REPS, sampling)
+  cost = scoring_cost(target, SCORING_T, SCORING_REPS, sampling, args.search)
   kind = " (random weights)" if args.random else ""
   print(f"\ndevice {machine()}\ntarget {args.target}{kind}: one call of T tokens with a Sampling head, then "
-        f"its probabilities copied to the host; median of {SCORING_REPS}")
+        f"its probabilities copied to the host; median of {SCORING_REPS}\n{kernels([target])}")
   target_bytes = model_bytes(target)
   params = target_bytes // target.wte.weight.dtype.itemsize
   print("  T   total ms    host ms   host share   t(T)/t(1)   GFLOP/s")
@@ -425,7 +432,7 @@ def run_scoring(args: argparse.Namespace, sampling: Sampling) -> None:
     rate = "-" if Device.DEFAULT == "NULL" else f"{2 * params * T / t / 1e9:.1f}"  # NULL runs no arithmetic
     print(f"{T:>3}  {1e3 * t:>9.3f}  {1e3 * host:>9.3f}  {100 * host / t:>10.0f}%  {t / cost[1][0]:>10.2f}"
           f"  {rate:>8}")
-  print("host: the time until model(...) returns, before its result is read. On an asynchronous\n"
+  print("host: the time until model.step(...) returns, before its result is read. On an asynchronous\n"
         "device (CUDA, Metal) that is the host work, the kernels being only queued; on the CPU backend they\n"
         "run inside the call.\n"
         "GFLOP/s: 2 × weights × T (each weight is a multiply and an add per token) ÷ total: where this rate\n"
@@ -434,6 +441,15 @@ def run_scoring(args: argparse.Namespace, sampling: Sampling) -> None:
   print(f"\nweights read per call: target {target_bytes / 1e9:.3f} GB")
   timings = {"one call of T = 1 (Algorithm 1's step)": 1e3 * cost[1][0]}
   print("\n".join(floor_lines(target_bytes, bandwidth, source, timings)))
+
+def kernels(models: list[GPT2]) -> str:
+  """Whether the models ran searched kernels, in words."""
+  if not any(m.search for m in models):
+    return "kernels: tinygrad's default ones (the search is off: BEAM=0, or DEV=NULL)"
+  if waiting := [key for m in models for key in m.unsearched()]:
+    return (f"kernels: tinygrad's default ones in {len(waiting)} steps, not searched yet on this machine "
+            "(--search searches them first, untimed)")
+  return "kernels: searched (tinygrad's BEAM search, cached on this machine)"
 
 def setting(sampling: Sampling) -> str:
   """The sampling settings in words."""
@@ -468,10 +484,12 @@ def run_table(args: argparse.Namespace, Ks: list[int], sampling: Sampling) -> No
   out.mkdir(parents=True, exist_ok=True)
   load_before = os.getloadavg()[0]
   bar = tqdm(total=len(Ks) * len(prompts), desc="runs (K values × prompts)")
-  rows = [summarize(K, run_pairs(target, draft, prompts, args.max_new_tokens, K, sampling, bar)) for K in Ks]
+  rows = [summarize(K, run_pairs(target, draft, prompts, args.max_new_tokens, K, sampling, bar, args.search))
+          for K in Ks]
   bar.update(close=True)
   load = (load_before, os.getloadavg()[0])
   print_report(args, rows, sizes, sampling, prompts, source, load)
+  print(kernels([target] + ([draft] if isinstance(draft, GPT2) else [])))
   bandwidth = print_floor(args, rows, sizes[0])
   results = {"device": machine(), "target": args.target, "draft": args.draft, "random_weights": args.random,
              "temperature": sampling.temperature, "prompts": prompts, "max_new_tokens": args.max_new_tokens,

@@ -5,11 +5,11 @@
                                                                                      # no model download
 """
 from __future__ import annotations
-import argparse, codecs, sys
-from typing import Callable
+import argparse, codecs, contextlib, sys, threading, time
+from typing import Callable, Iterator
 from tinygrad import Device, dtypes
 from tinygrad.helpers import DEV
-from gpt2 import GPT2
+from gpt2 import GPT2, MAX_ROWS
 from sampling import Sampling
 from speculative import EOT, Stats, Stream, autoregressive_sample, expected_tokens_per_loop, predicted_speedup
 from speculative import NgramDraft, check_run, next_probs, speculative_sample
@@ -50,9 +50,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                            "with GPT-2 in tinygrad.")
   ap.add_argument("--prompt", required=True, help="text to continue")
   ap.add_argument("--target", default="gpt2-xl",
-                  help="target model q: gpt2, gpt2-medium, gpt2-large, gpt2-xl, or a checkpoint folder")
+                  help="target model q: gpt2, gpt2-medium, gpt2-large, gpt2-xl, demo-target (the demo "
+                  "pair, no download), or a checkpoint folder")
   ap.add_argument("--draft", default="gpt2",
-                  help="draft model p: a name or a checkpoint folder, as for --target; "
+                  help="draft model p: a name (gpt2, ..., demo-draft) or a checkpoint folder, as for "
+                  "--target; "
                   "or ngram: prompt lookup, no model (see --ngram-max)")
   ap.add_argument("--ngram-max", type=int, default=3,
                   help="with --draft ngram: the longest n-gram to match (default 3)")
@@ -122,8 +124,8 @@ def check_args(args: argparse.Namespace) -> None:
   """Refuse bad settings with one sentence before anything loads:
   nobody should wait through a 7 GB load to hear it."""
   Sampling(args.temperature, args.top_k, args.top_p)
-  if args.lookahead < 1:
-    raise ValueError(f"K (the lookahead) is {args.lookahead}: it must be at least 1.")
+  if not 1 <= args.lookahead < MAX_ROWS:
+    raise ValueError(f"K (the lookahead) is {args.lookahead}: it must be in 1..{MAX_ROWS - 1}.")
   if args.max_new_tokens < 1:
     raise ValueError(f"max-new-tokens is {args.max_new_tokens}: it must be at least 1.")
   if not args.prompt:
@@ -133,19 +135,55 @@ def check_args(args: argparse.Namespace) -> None:
   if args.device:
     open_device(args.device)
 
+@contextlib.contextmanager
+def heartbeat(status: Callable[[], str], every: float = 8.0) -> Iterator[None]:
+  """Print status() and the time so far on stderr every `every` seconds while the block runs: a compile or a
+  search of minutes is never silent."""
+  done, start = threading.Event(), time.perf_counter()
+  def beat() -> None:
+    while not done.wait(every):
+      seconds = int(time.perf_counter() - start)
+      print(f"  {status()}, {seconds // 60} min {seconds % 60:02d} s so far", file=sys.stderr, flush=True)
+  thread = threading.Thread(target=beat, daemon=True)
+  thread.start()
+  try:
+    yield
+  finally:
+    done.set()
+    thread.join()
+
 def warm_up(target: GPT2, draft: GPT2 | NgramDraft, K: int, sampling: Sampling) -> None:
-  """Compile every call shape that a round can use, so that the timed run replays them all:
-  the target scores 1 to K+1 tokens (an n-gram draft proposes 0 to K),
-  a draft model takes 1 token, or 2 after an all-accept round.
-  Each shape takes two calls: the first runs and compiles, the second captures the compiled step."""
-  search = (" and searching the fastest (minutes the first time on this machine, then cached in "
-            "~/.cache/tinygrad; BEAM=0 skips the search)") if target.search else ""
-  print(f"warming up on {Device.DEFAULT}: compiling kernels{search}...", file=sys.stderr)
-  for _ in range(2):
-    for T in range(1, K + 2):
-      next_probs(target, [0] * T, 0, T, sampling)
-    for T in (1, 2) if isinstance(draft, GPT2) else ():
-      next_probs(draft, [0] * T, 0, 1, sampling)
+  """Compile every step that a round can use, so that the timed run replays them all: the target scores K+1
+  rows (one, when an n-gram draft proposes nothing); a draft model takes one token, or a block of K+1 (the
+  prompt, a catch-up). Each step takes two calls: the first runs and compiles, the second captures."""
+  drafting = [(target, 1)] if isinstance(draft, NgramDraft) else [(draft, 1), (draft, K + 1)]
+  shapes = [(target, K + 1), *drafting]
+  print(f"warming up on {Device.DEFAULT}: compiling kernels...", file=sys.stderr)
+  done = []
+  with heartbeat(lambda: f"compiled {len(done)} of {2 * len(shapes)} calls"):
+    for _ in range(2):
+      for model, rows in shapes:
+        next_probs(model, [0] * rows, 0, rows, sampling, rows)
+        done.append(rows)
+  if target.unsearched() or (isinstance(draft, GPT2) and draft.unsearched()):
+    print("(tinygrad's default kernels: the fastest are not searched yet on this machine, so this run "
+          "decodes about 2 to 3 times slower than later ones; after its text, it searches them once, some "
+          "minutes; BEAM=0 skips that)", file=sys.stderr)
+
+def search_kernels(models: list[GPT2]) -> None:
+  """Search the fastest kernels of every step these models ran with default ones, so that later runs use them:
+  once per machine, cached on disk. Ctrl-C stops it; the next run goes on from the last kernel searched."""
+  todo = [(m, rows, head) for m in models for rows, head in m.unsearched()]
+  if not todo:
+    return
+  print(f"\nsearching the fastest kernels for later runs: {len(todo)} steps, once on this machine (minutes; "
+        "Ctrl-C stops it and the next run goes on from there; BEAM=0 skips it)", file=sys.stderr)
+  current = [""]
+  with heartbeat(lambda: f"searching {current[0]}"):
+    for i, (model, rows, head) in enumerate(todo):
+      current[0] = f"step {i + 1} of {len(todo)} ({model.config.n_layer} layers, {rows} rows)"
+      model.search_step(rows, head)
+  print("searched: later runs use these kernels", file=sys.stderr)
 
 def run(args: argparse.Namespace) -> None:
   K, settings = args.lookahead, dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
@@ -158,10 +196,6 @@ def run(args: argparse.Namespace) -> None:
   prompt = enc.encode(args.prompt)
   check_run([target] + ([draft] if isinstance(draft, GPT2) else []), prompt, args.max_new_tokens)
   warm_up(target, draft, K, Sampling(args.temperature, args.top_k, args.top_p))
-  for _ in range(2):  # and the shapes that read this prompt: the first call compiles, the second captures
-    speculative_sample(target, draft, prompt, 3 * (K + 1), K=K, **settings)
-    if args.compare:
-      autoregressive_sample(target, prompt, 3, **settings)
   print(args.prompt, end="", flush=True)
   _, _, stats = speculative_sample(target, draft, prompt, args.max_new_tokens, K=K,
                                    stream=printer(enc, args.trace), **settings)
@@ -169,23 +203,30 @@ def run(args: argparse.Namespace) -> None:
         f"device {Device.DEFAULT}")
   print(report(stats, K))
   if args.compare:
+    with heartbeat(lambda: "compiling Algorithm 1's one-row step"):
+      for _ in range(2):  # compile and capture it, out of the timed run
+        autoregressive_sample(target, prompt, 2, rows=K + 1, **settings)
     # Algorithm 1 streams its text too, so that both runs are timed alike
     print(f"\n{args.prompt}", end="", flush=True)
-    _, base = autoregressive_sample(target, prompt, args.max_new_tokens, stream=printer(enc, False),
-                                    **settings)
+    _, base = autoregressive_sample(target, prompt, args.max_new_tokens, rows=K + 1,
+                                    stream=printer(enc, False), **settings)
     predicted = predicted_speedup(stats.acceptance_rate, stats.mean_drafted, stats.cost_ratio)
     print(f"\n\n--- Algorithm 1 (auto-regressive): target {args.target}\n{report(base)}")
     print(f"\nspeedup               {stats.tokens_per_second / base.tokens_per_second:.2f}x measured, "
           f"{predicted:.2f}x predicted by (1 - α^(K+1)) / ((1 - α)(Kc + 1)) from α̂ and c")
+  search_kernels([target] + ([draft] if isinstance(draft, GPT2) else []))
 
 def main(run: Callable[[argparse.Namespace], None] = run, args: argparse.Namespace | None = None) -> int:
   """Run a command: bad input, or a model or tokenizer that cannot be had, ends it with one sentence on stderr
-  and exit code 2."""
+  and exit code 2; Ctrl-C with one line and exit code 130."""
   try:
     run(args if args is not None else parse_args(None))
   except (ValueError, LoadError, FloatingPointError) as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
+  except KeyboardInterrupt:  # what is cached so far stays usable: a search resumes from its last kernel
+    print("\ninterrupted", file=sys.stderr)
+    return 130
   return 0
 
 if __name__ == "__main__":

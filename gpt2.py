@@ -3,17 +3,19 @@
 One call does everything the rest of the project needs:
 
     logits = model(ids, start_pos)  # ids: T token ids at positions start_pos .. start_pos+T-1
-                                    # logits: float32 (1, T, vocab), the next-token logits at each
-    probs = model(ids, start_pos, last=3, head=f)  # f(the last 3 positions' logits), in one compiled call
+                                    # logits: NumPy float32 (T, vocab), the next-token logits at each
+    probs = model(ids, start_pos, last=3, head=f)  # f(the last 3 positions' logits), inside the compiled call
 
-It writes those T positions into the cache. Rolling back is calling again with a smaller start_pos:
-positions at or past it are overwritten before they are read. Weights come from weights.py.
+It writes those T positions into the cache. Rolling back is calling again with a smaller start_pos: positions
+at or past it are overwritten before they are read. model.logits(idx) is train.py's forward, with no cache.
 """
 from __future__ import annotations
-import os
+import hashlib, os, pathlib
 from dataclasses import dataclass
 from typing import Callable
+import numpy as np
 from tinygrad import Context, Device, Tensor, TinyJit, UOp, Variable, dtypes, nn
+from tinygrad.helpers import diskcache_get, diskcache_put
 
 @dataclass(frozen=True)
 class GPT2Config:
@@ -40,40 +42,44 @@ PRESETS = {
   "gpt2-xl":     GPT2Config(n_layer=48, n_head=25, n_embd=1600),   # 1.5B
 }
 
-BLOCK = 8  # a longer input (a prompt) goes in blocks of at most 8 tokens, the sizes a round scores anyway
+# Calls of 2 or more tokens run in compiled steps of `rows` rows (K+1 in speculative sampling), the last block
+# padded with rows whose results are dropped: every call of up to `rows` tokens replays one step.
+BLOCK = 8      # the default rows
+MAX_ROWS = 64  # the widest step: the KV cache keeps MAX_ROWS - 1 spare positions for the padding rows
+ROWS = 4       # default kernels read a weight once for all rows only when 3 or 4 divides them: pad to this
 
-# Kernel search. tinygrad's default kernels leave most of the speed of GPT-2's few matrix shapes on the table;
-# BEAM search times candidate layouts of each kernel of a compiled step and keeps the fastest (on a 2-core CPU,
-# gpt2: 1 token 112 -> 43 ms, 5 tokens 218 -> 63 ms). tinygrad caches the result on disk (~/.cache/tinygrad),
-# so each call shape is searched once per machine: minutes, the first time. BEAM=0 skips the search.
+# Kernel search: BEAM times candidate layouts of each kernel and keeps the fastest (2 to 3 times faster than
+# the default kernels on a CPU), but takes minutes per step. So no call searches: a step compiles with default
+# kernels until search_step has searched it on this machine (kept in ~/.cache/tinygrad). BEAM=0: no search.
 SEARCH = int(os.environ.get("BEAM", 2))
-# Without the search, a block of 2 or more tokens runs as a multiple of ROWS rows (see GPT2.forward): tinygrad's
-# default kernels read a weight once for all the rows of a block only when 3 or 4 divides the row count.
-ROWS = 4
+# what a step's kernels depend on besides its shape: this file and the sampling heads
+SOURCE = hashlib.sha256(b"".join((pathlib.Path(__file__).parent / f).read_bytes()
+                                 for f in ("gpt2.py", "sampling.py"))).hexdigest()[:16]
 
-def pad_rows(x: Tensor, rows: int) -> Tensor:
-  """x (1, T, C) with zero rows appended up to a multiple of rows; one row (matrix-vector) stays one."""
-  T = x.shape[1]
-  return x.pad((None, (0, -T % rows if T > 1 else 0), None))
+def host(out: Tensor) -> np.ndarray:
+  """A compiled step's float32 result, which is already in host memory, as a NumPy view of it (no copy)."""
+  return np.frombuffer(out.uop.buffer.as_memoryview(allow_zero_copy=True), np.float32).reshape(out.shape)
 
 class Attention:
   def __init__(self, cfg: GPT2Config):
     self.n_head, self.head_dim = cfg.n_head, cfg.n_embd // cfg.n_head
     self.c_attn = nn.Linear(cfg.n_embd, 3 * cfg.n_embd)  # q, k, v for all heads in one matmul
     self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd)
-    self.cache_kv: Tensor | None = None  # (2, 1, n_head, n_ctx + ROWS - 1, head_dim), made on first use
+    self.cache_kv: Tensor | None = None  # (2, 1, n_head, n_ctx + MAX_ROWS - 1, head_dim), made on first use
 
-  def __call__(self, x: Tensor, start_pos: int | UOp) -> Tensor:
+  def __call__(self, x: Tensor, start_pos: int | UOp | None) -> Tensor:
     B, T, C = x.shape
     qkv = self.c_attn(x).split(C, dim=2)
     q, k, v = [t.reshape(B, T, self.n_head, self.head_dim).transpose(1, 2) for t in qkv]
+    if start_pos is None:  # training: a whole sequence at once, no cache
+      y = q.scaled_dot_product_attention(k, v, is_causal=True)
+      return self.c_proj(y.transpose(1, 2).reshape(B, T, C))
     # write this step's keys and values at start_pos .. start_pos+T-1; anything past them is stale, never read
     self.cache_kv[:, :, :, start_pos:start_pos + T].assign(Tensor.stack(k, v))
     k, v = self.cache_kv[0, :, :, :start_pos + T], self.cache_kv[1, :, :, :start_pos + T]
     # causal mask: query i (at position start_pos+i) sees keys 0 .. start_pos+i
-    mask = None
-    if T > 1:
-      mask = Tensor.full((1, 1, T, start_pos + T), float("-inf"), dtype=x.dtype).triu(start_pos + 1)
+    mask = (Tensor.full((1, 1, T, start_pos + T), float("-inf"), dtype=x.dtype).triu(start_pos + 1)
+            if T > 1 else None)
     y = q.scaled_dot_product_attention(k, v, attn_mask=mask).cast(x.dtype)
     return self.c_proj(y.transpose(1, 2).reshape(B, T, C))
 
@@ -89,9 +95,12 @@ class Block:
     self.ln_1, self.attn = nn.LayerNorm(cfg.n_embd, eps=cfg.norm_eps), Attention(cfg)
     self.ln_2, self.mlp = nn.LayerNorm(cfg.n_embd, eps=cfg.norm_eps), MLP(cfg)
 
-  def __call__(self, x: Tensor, start_pos: int | UOp) -> Tensor:
+  def __call__(self, x: Tensor, start_pos: int | UOp | None) -> Tensor:
     x = x + self.attn(self.ln_1(x), start_pos)  # pre-norm residual blocks, as in GPT-2
     return x + self.mlp(self.ln_2(x))
+
+Head = Callable[[Tensor], Tensor]  # maps a step's (rows, vocab) logits to its result, e.g. sampling.Sampling
+Step = tuple[TinyJit, list[UOp], bool]  # a compiled call, its Variables (start_pos, an id per row), searched?
 
 class GPT2:
   def __init__(self, cfg: GPT2Config):
@@ -99,69 +108,88 @@ class GPT2:
     self.wte, self.wpe = nn.Embedding(cfg.vocab_size, cfg.n_embd), nn.Embedding(cfg.n_ctx, cfg.n_embd)
     self.h = [Block(cfg) for _ in range(cfg.n_layer)]
     self.ln_f = nn.LayerNorm(cfg.n_embd, eps=cfg.norm_eps)
-    self.steps: dict[tuple, tuple[TinyJit, list[UOp]]] = {}  # compiled calls and their Variables (see step)
-    # DEV=NULL runs no kernel, so there is nothing to time there
-    self.search = 0 if Device.DEFAULT == "NULL" else SEARCH
+    self.steps: dict[tuple[int, Head | None], Step] = {}  # by (rows, head)
+    self.search = 0 if Device.DEFAULT == "NULL" else SEARCH  # DEV=NULL runs no kernel, so nothing to time
 
   def make_cache(self) -> None:
-    """Allocate zeroed KV caches in the weights' dtype and device, once: compiled steps point at them.
-
-    There is never a need to clear them, as stale entries are overwritten before they are read.
-    """
+    """Allocate zeroed KV caches in the weights' dtype and device, once: compiled steps point at them. They
+    are never cleared, as stale entries are overwritten before they are read."""
     if self.h[0].attn.cache_kv is not None:
       return
     cfg, w = self.config, self.wte.weight
-    # n_ctx + ROWS - 1 positions: room for the padding rows of a block at the end of the context
-    shape = (2, 1, cfg.n_head, cfg.n_ctx + ROWS - 1, cfg.n_embd // cfg.n_head)
+    shape = (2, 1, cfg.n_head, cfg.n_ctx + MAX_ROWS - 1, cfg.n_embd // cfg.n_head)
     for block in self.h:
       block.attn.cache_kv = Tensor.zeros(*shape, dtype=w.dtype, device=w.device).contiguous().realize()
 
-  def forward(self, ids: list[int | UOp], start_pos: int | UOp, last: int) -> Tensor:
-    """Float32 logits (1, last, vocab) after the last `last` of the tokens ids at start_pos.
-
-    No JIT: this is what a compiled step runs, with start_pos and the ids symbolic."""
+  def forward(self, ids: list[int | UOp], start_pos: int | UOp) -> Tensor:
+    """Float32 logits (T, vocab) after each of the T tokens ids at start_pos.. . No JIT: this is what a
+    compiled step runs, with start_pos and the ids symbolic."""
     T = len(ids)
     # each id picks its embedding row with a slice, so a symbolic id is just a number bound at each call
     x = Tensor.cat(*[self.wte.weight.shrink(((i, i + 1), None)) for i in ids]).unsqueeze(0)
-    rows = 1 if self.search else ROWS  # searched kernels need no padding
-    x = pad_rows(x + self.wpe.weight[start_pos:start_pos + T], rows)
-    # Padding: a block runs as a multiple of rows, zero rows after the real ones, whose logits are
-    # dropped. The mask hides them from the real rows; their keys and values go to the cache past the real
-    # positions, where entries are stale anyway: overwritten before they are read.
+    # a step's padding rows may sit past the context's end: give them zero position embeddings there
+    x = x + self.wpe.weight.pad(((0, MAX_ROWS - 1), None))[start_pos:start_pos + T]
     for block in self.h:
       x = block(x, start_pos)
-    # The LM head (tied to the token embedding) for the last `last` rows, padded too, and over 50304 tokens, not
-    # 50257 (a prime, which no thread count divides). contiguous() before dropping the padding, or a lazy
-    # slice would shrink the matmul itself back.
+    # The LM head is tied to the token embedding, over 50304 tokens, not 50257 (a prime, which no thread count
+    # divides); contiguous() before dropping the extra ones, or a lazy slice would shrink the matmul back.
     V = self.config.vocab_size
-    w = self.wte.weight.pad(((0, -V % 64), None))
-    logits = (pad_rows(self.ln_f(x[:, T - last:T]), rows) @ w.T).contiguous()[:, :last, :V]
+    logits = (self.ln_f(x[0]) @ self.wte.weight.pad(((0, -V % 64), None)).T).contiguous()[:, :V]
     return logits.cast(dtypes.float32)
 
-  def step(self, ids: list[int], start_pos: int, last: int,
-           head: Callable[[Tensor], Tensor] | None) -> Tensor:
-    """One compiled call. start_pos and the ids enter it as Variables bound to their values, so every call
-    after the first two (run, then capture) replays the same kernels and schedules nothing: its host work is
-    binding T + 1 numbers and one launch. head, if given, maps the (last, vocab) logits to the result."""
-    cfg, T = self.config, len(ids)
-    if (T, last, head) not in self.steps:
-      def run(start_pos: UOp, *ids: UOp) -> Tensor:
-        logits = self.forward(list(ids), start_pos, last)
-        # every result is read on the host: the copy there is part of the compiled step
-        return (logits if head is None else head(logits[0])).to("CPU").contiguous()
-      ids_vars = [Variable(f"id{t}", 0, cfg.vocab_size - 1) for t in range(T)]
-      variables = [Variable("start_pos", 0, cfg.n_ctx - T)] + ids_vars
-      self.steps[(T, last, head)] = TinyJit(run), variables
-    jit, variables = self.steps[(T, last, head)]
-    with Context(BEAM=self.search if jit.cnt < 2 else 0):  # the two calls that compile search (see SEARCH)
-      return jit(*(v.bind(int(n)) for v, n in zip(variables, [start_pos, *ids])))
+  def logits(self, idx: Tensor) -> Tensor:
+    """Training's forward: logits (B, T, vocab) for the token ids idx (B, T) at positions 0..T-1, no cache."""
+    x = self.wte(idx) + self.wpe.weight[:idx.shape[1]]
+    for block in self.h:
+      x = block(x, None)
+    return self.ln_f(x) @ self.wte.weight.T
 
-  def __call__(self, ids: list[int], start_pos: int, last: int | None = None,
-               head: Callable[[Tensor], Tensor] | None = None) -> Tensor:
-    """Next-token logits (1, last, vocab) after the last `last` (default: all) of ids, fed at positions
-    start_pos.., writing them into the KV cache; with head, head(logits[0]) instead. The result is in host
-    memory (tinygrad's CPU device), in a buffer that the next call of the same shape overwrites: read it
-    first."""
+  def signature(self, rows: int, head: Head | None) -> str:
+    """What a step's kernels depend on: the name under which its search is remembered on disk."""
+    w = self.wte.weight
+    return f"{self.config}|{w.dtype}|{w.device}|rows={rows}|{head!r}|BEAM={self.search}|{SOURCE}"
+
+  def compile(self, rows: int, head: Head | None, searched: bool) -> Step:
+    """A step of `rows` rows (a multiple of ROWS with default kernels), compiled by its first two calls."""
+    width = rows if searched or rows == 1 else -(-rows // ROWS) * ROWS
+    def run(start_pos: UOp, *ids: UOp) -> Tensor:
+      logits = self.forward(list(ids), start_pos)
+      # every result is read on the host: the copy there is part of the compiled step
+      return (logits if head is None else head(logits)).to("CPU").contiguous()
+    variables = [Variable("start_pos", 0, self.config.n_ctx - 1)]
+    variables += [Variable(f"id{t}", 0, self.config.vocab_size - 1) for t in range(width)]
+    return TinyJit(run), variables, searched
+
+  def step(self, ids: list[int], start_pos: int, rows: int, head: Head | None) -> Tensor:
+    """One compiled call on up to `rows` tokens: its result for every row (those past len(ids) are padding),
+    in host memory, in a buffer that its next call overwrites. start_pos and the ids enter as Variables, so
+    every call after the first two replays the same kernels: its host work is binding numbers, one launch."""
+    if (rows, head) not in self.steps:
+      searched = bool(self.search) and bool(diskcache_get("tinyspec_searched", self.signature(rows, head)))
+      self.steps[(rows, head)] = self.compile(rows, head, searched)
+    jit, variables, searched = self.steps[(rows, head)]
+    padded = [*ids, *[0] * (len(variables) - 1 - len(ids))]
+    with Context(BEAM=self.search if searched and jit.cnt < 2 else 0):  # searched: found in the cache
+      return jit(*(v.bind(int(n)) for v, n in zip(variables, [start_pos, *padded])))
+
+  def unsearched(self) -> list[tuple[int, Head | None]]:
+    """The (rows, head) of the steps this model has compiled with default kernels, whose search is on."""
+    return [key for key, (_, _, searched) in self.steps.items() if not searched] if self.search else []
+
+  def search_step(self, rows: int, head: Head | None) -> None:
+    """Search the fastest kernels of one step with tinygrad's BEAM search (minutes), recompile it with them,
+    and remember on disk that it is searched, so that later processes compile it searched at once."""
+    jit, variables, _ = self.steps[(rows, head)] = self.compile(rows, head, searched=True)
+    with Context(BEAM=self.search):
+      for _ in range(2):  # run, then capture: both compile
+        jit(*(v.bind(0) for v in variables))
+    diskcache_put("tinyspec_searched", self.signature(rows, head), True)
+
+  def __call__(self, ids: list[int], start_pos: int, last: int | None = None, head: Head | None = None,
+               rows: int = BLOCK) -> np.ndarray:
+    """Next-token logits (last, vocab), NumPy float32, after the last `last` (default: all) of ids, fed at
+    positions start_pos.., writing them into the KV cache; with head, head(logits) instead. One token runs as
+    a one-row step, more in blocks of `rows` (the last one padded): each block replays one compiled step."""
     cfg, T = self.config, len(ids)
     last = T if last is None else last
     if not (0 <= start_pos and start_pos + T <= cfg.n_ctx):
@@ -170,10 +198,13 @@ class GPT2:
       raise ValueError(f"token ids must be in 0..{cfg.vocab_size - 1}")
     if not 1 <= last <= T:
       raise ValueError(f"last is {last}: it must be in 1..{T}, the number of tokens")
+    if not 1 <= rows <= MAX_ROWS:
+      raise ValueError(f"rows is {rows}: it must be in 1..{MAX_ROWS}")
     self.make_cache()
-    # a long input goes in blocks of up to BLOCK tokens first, keeping at least `last` for the final call
-    while T > max(BLOCK, last):
-      n = min(BLOCK, T - last)
-      self.step(ids[:n], start_pos, 1, head)
-      ids, start_pos, T = ids[n:], start_pos + n, T - n
-    return self.step(ids, start_pos, last, head)
+    rows, out = 1 if T == 1 else rows, []
+    for b in range(0, T, rows):
+      block = ids[b:b + rows]
+      result = self.step(block, start_pos + b, rows, head)
+      if b + len(block) > T - last:  # it holds some of the last `last` tokens: copy their rows before the
+        out.append(host(result)[max(T - last - b, 0):len(block)].copy())  # next call overwrites them
+    return out[0] if len(out) == 1 else np.concatenate(out)

@@ -23,29 +23,22 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 import numpy as np
-from tinygrad import Tensor
-from gpt2 import GPT2
+from gpt2 import BLOCK, GPT2, MAX_ROWS
 from sampling import Sampling, sample
 
 EOT = 50256  # GPT-2's <|endoftext|>
 
-def next_probs(model: GPT2, tokens: list[int], start_pos: int, n_out: int, sampling: Sampling) -> np.ndarray:
-  """Feed tokens at start_pos .. into model (writing its KV cache); the (n_out, V) distributions after the
-  last n_out of them, in float64 on the host."""
-  probs = read(model(tokens, start_pos, last=n_out, head=sampling))
+def next_probs(model: GPT2, tokens: list[int], start_pos: int, n_out: int, sampling: Sampling,
+               rows: int = BLOCK) -> np.ndarray:
+  """Feed tokens at start_pos .. into model (writing its KV cache), in compiled steps of `rows` rows; the
+  (n_out, V) distributions after the last n_out of them, in float64 on the host."""
+  probs = model(tokens, start_pos, last=n_out, head=sampling, rows=rows).astype(np.float64)
   # a NaN would make every draw meaningless (tinygrad's own multinomial silently returns token 0):
   # refuse it here
   if not np.isfinite(probs).all():
     raise FloatingPointError("The model produced NaN or infinite probabilities: its weights may be corrupt, "
                              "so fetch them again.")
   return probs
-
-def read(result: Tensor) -> np.ndarray:
-  """A model call's result, which is already in host memory, as float64: read in place and copied at once,
-  before the next call overwrites it. (Tensor.numpy() would copy it once more through tinygrad's scheduler,
-  about 0.25 ms a call.)"""
-  values = np.frombuffer(result.uop.buffer.as_memoryview(allow_zero_copy=True), np.float32)
-  return values.astype(np.float64).reshape(result.shape)
 
 # ***** the math of one step, on probability vectors (on the host) *****
 
@@ -95,9 +88,9 @@ def one_hot(drafts: list[int], V: int) -> np.ndarray:
 
 class ModelDraft:
   """The paper's draft: a smaller model p, sampled auto-regressively, one call per draft token,
-  with its KV cache."""
-  def __init__(self, model: GPT2):
-    self.model = model
+  with its KV cache. Its calls of several tokens (the prompt, a catch-up) run in blocks of `rows`."""
+  def __init__(self, model: GPT2, rows: int = BLOCK):
+    self.model, self.rows = model, rows
     self.cached = 0  # how many leading tokens of x the draft's KV cache holds; the rest is stale
 
   def propose(self, x: list[int], k: int, sampling: Sampling,
@@ -109,7 +102,7 @@ class ModelDraft:
     # after an all-accept round also x̃_K, which it drafted but never fed.
     drafts, p, feed = [], [], x[self.cached:]
     for _ in range(k):
-      p.append(next_probs(self.model, feed, self.cached, 1, sampling)[0])
+      p.append(next_probs(self.model, feed, self.cached, 1, sampling, self.rows)[0])
       self.cached += len(feed)
       drafts.append(sample(p[-1], rng))
       feed = drafts[-1:]
@@ -247,10 +240,12 @@ Stream = Callable[[list[int], list[str]], None]  # called with each batch of new
 
 def autoregressive_sample(model: GPT2, prompt_tokens: list[int], max_new_tokens: int, *,
                           temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, seed: int = 0,
-                          eos: int | None = EOT, stream: Stream | None = None) -> tuple[list[int], Stats]:
+                          eos: int | None = EOT, stream: Stream | None = None,
+                          rows: int = BLOCK) -> tuple[list[int], Stats]:
   """Algorithm 1: sample max_new_tokens tokens from the model one forward pass at a time (with its KV cache).
 
-  Stops early at eos or when the context is full. Returns the new tokens and the Stats.
+  Stops early at eos or when the context is full. Returns the new tokens and the Stats. The prompt goes in
+  blocks of `rows` tokens (K+1 beside Algorithm 2, to replay its compiled step).
   """
   sampling = Sampling(temperature, top_k, top_p)
   check_run([model], prompt_tokens, max_new_tokens)
@@ -259,7 +254,7 @@ def autoregressive_sample(model: GPT2, prompt_tokens: list[int], max_new_tokens:
   # Algorithm 1: "while n < T do"
   while not (stopped_by := stop_reason(x, len(prompt_tokens), max_new_tokens, model.config.n_ctx, eos)):
     # Algorithm 1: "Sample x_{n+1} ~ q(x|x_1, ..., x_n)" and "n <- n + 1"
-    q, dt = timed(next_probs, model, x[cached:], cached, 1, sampling)
+    q, dt = timed(next_probs, model, x[cached:], cached, 1, sampling, rows)
     stats.target_calls, stats.target_time, cached = stats.target_calls + 1, stats.target_time + dt, len(x)
     x.append(sample(q[0], rng))
     if stream:
@@ -279,9 +274,10 @@ def speculative_sample(target: GPT2, draft: GPT2 | Draft, prompt_tokens: list[in
   context is full. Returns the new tokens, where each came from (see verify), and the Stats.
   """
   sampling = Sampling(temperature, top_k, top_p)
-  if K < 1:
-    raise ValueError(f"K (the lookahead) is {K}: it must be at least 1.")
-  draft = ModelDraft(draft) if isinstance(draft, GPT2) else draft
+  if not 1 <= K < MAX_ROWS:
+    raise ValueError(f"K (the lookahead) is {K}: it must be in 1..{MAX_ROWS - 1}.")
+  # every call of several tokens runs in steps of K+1 rows: the target's rounds, a prompt, a draft's catch-up
+  draft = ModelDraft(draft, K + 1) if isinstance(draft, GPT2) else draft
   models = [target] + ([draft.model] if isinstance(draft, ModelDraft) else [])
   check_run(models, prompt_tokens, max_new_tokens)
   rng, stats, start = np.random.default_rng(seed), Stats(), time.perf_counter()
@@ -299,7 +295,8 @@ def speculative_sample(target: GPT2, draft: GPT2 | Draft, prompt_tokens: list[in
     # Algorithm 2: "In parallel, compute K + 1 sets of logits from drafts x̃_1, ..., x̃_K:
     #          q(x|x_1, ..., x_n), q(x|x_1, ..., x_n, x̃_1), ..., q(x|x_1, ..., x_n, x̃_1, ..., x̃_K)"
     # One call on [x_n, x̃_1, ..., x̃_K] from cache position n-1 (plus whatever the target's cache lacks).
-    q, dt = timed(next_probs, target, x[target_cached:] + drafts, target_cached, len(drafts) + 1, sampling)
+    q, dt = timed(next_probs, target, x[target_cached:] + drafts, target_cached, len(drafts) + 1, sampling,
+                  K + 1)
     stats.target_calls, stats.target_time = stats.target_calls + 1, stats.target_time + dt
     # Algorithm 2: "for t = 1 : K do" accept or reject each draft, then the bonus token (see verify)
     new, came_from = verify(drafts, one_hot(drafts, q.shape[1]) if p is None else p, q, rng)

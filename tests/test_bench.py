@@ -2,7 +2,7 @@
 
 The tests check what is printed and written, never a timing value: the machine running them may be busy.
 """
-import json, re, subprocess
+import json, re, sqlite3, subprocess
 import pytest
 from tiny import TOKENIZER_DIR, run_script, write_checkpoint
 
@@ -42,6 +42,7 @@ def test_table_has_ms_per_round_the_alpha_line_and_the_floor(tmp_path):
   assert "memory-bandwidth floor" in out.stdout
   assert re.search(r"Algorithm 1 per token: .*x the floor", out.stdout)
   assert "runs (K values × prompts)" in out.stderr
+  assert "kernels: tinygrad's default ones (the search is off" in out.stdout  # the suite runs with BEAM=0
 
 def test_scoring_prints_total_host_and_ratio_per_T():
   out = bench("--random", "--target", "1,2,16", "--scoring")
@@ -55,6 +56,17 @@ def test_scoring_prints_total_host_and_ratio_per_T():
   assert rows[0][4] == "1.00" and all(re.fullmatch(r"\d+\.\d\d", row[4]) for row in rows)
   assert all(re.fullmatch(r"\d+\.\d", row[5]) for row in rows)
   assert "memory-bandwidth floor" in out.stdout and "x the floor" in out.stdout  # the bandwidth, measured
+  assert "kernels: tinygrad's default ones" in out.stdout
+
+def test_bench_never_searches_unless_asked(tmp_path):
+  """With the search on but nothing searched on this machine, bench.py times tinygrad's default kernels, says
+  so, and searches nothing: a search never lands in a timing (--search runs it first, untimed)."""
+  out = run_script("bench.py", "--random", "--target", "1,2,16", "--scoring",
+                   env={"BEAM": "1", "CACHEDB": str(tmp_path / "cache.db")})
+  assert out.returncode == 0, out.stderr
+  assert "not searched yet on this machine (--search searches them first, untimed)" in out.stdout
+  tables = sqlite3.connect(tmp_path / "cache.db").execute("SELECT name FROM sqlite_master").fetchall()
+  assert not [t for t, in tables if t.startswith("beam_search")]
 
 def test_scoring_on_null_reports_host_work_and_no_arithmetic_rate():
   # DEV=NULL runs no kernel: a GFLOP/s figure there would be a fiction, and the floor needs a given bandwidth

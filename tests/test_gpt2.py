@@ -1,19 +1,21 @@
 """gpt2.py: logits match Hugging Face transformers, and the KV cache is exact under decoding, block scoring
 and rollback."""
-import gc
+import gc, sqlite3
 import numpy as np, pytest
+import tinygrad.helpers
 from tinygrad import Tensor, dtypes
 from tinygrad.codegen import to_program_cache
 from tinygrad.helpers import GlobalCounters
 from tiny import hub_tensors, write_checkpoint
 from sampling import Sampling
+from gpt2 import BLOCK
 from weights import load_model
 
 NEEDS_HF = ("the comparison with Hugging Face transformers needs torch and transformers: "
             "see requirements-hf.txt")
 
 def logits(model, tokens: list[int], start_pos: int) -> np.ndarray:
-  return model(tokens, start_pos).numpy()[0]
+  return model(tokens, start_pos)
 
 # (n_layer, n_head, n_embd, vocab_size, n_ctx): an odd head count, a head dim that is no power of two,
 # GPT-2's full vocabulary
@@ -90,7 +92,7 @@ def test_steady_state_schedules_nothing(tiny_pair, monkeypatch):
   built and scheduled per call (that host work cost more than the kernels), only the replay."""
   model, _ = tiny_pair
   for pos in (10, 11):
-    model([7] * 5, pos, last=5, head=Sampling()).numpy()
+    model([7] * 5, pos, last=5, head=Sampling())
   scheduled = []
   monkeypatch.setattr(Tensor, "schedule_linear", lambda *args, **kw: scheduled.append(args))
   for pos in (12, 30, 50):
@@ -105,30 +107,47 @@ def test_dropping_a_model_frees_its_memory(tmp_path):
   before = GlobalCounters.mem_used
   model = load_model(str(folder))
   for pos in range(3):
-    model([1, 2, 3], pos, last=3, head=Sampling()).numpy()
-    model([4], pos + 3, head=Sampling(top_k=3)).numpy()
+    model([1, 2, 3], pos, last=3, head=Sampling())
+    model([4], pos + 3, head=Sampling(top_k=3))
   used = GlobalCounters.mem_used - before
   del model
   gc.collect()
   assert used > 100_000 and GlobalCounters.mem_used - before < 0.01 * used
 
-def test_searched_kernels_give_the_same_logits(tmp_path, monkeypatch):
-  """The fast path, which the rest of the suite skips (tests/conftest.py): a model whose search is on sends each
-  kernel of a new call shape through tinygrad's BEAM search while the step compiles, and not when it
-  replays; its logits are the default kernels' up to float32 rounding."""
-  import tinygrad.codegen.opt.search as search
-  searched, beam_search = [], search.beam_search
-  monkeypatch.setattr(search, "beam_search", lambda k, *args: searched.append(k) or beam_search(k, *args))
+def searches() -> int:
+  """How many kernel searches tinygrad's cache of searches holds."""
+  try:
+    return tinygrad.helpers.db_connection().execute(
+      f"SELECT count(*) FROM beam_search_{tinygrad.helpers.VERSION}").fetchone()[0]
+  except sqlite3.OperationalError:  # no search yet: no table
+    return 0
+
+def test_search_is_never_in_a_call_and_gives_the_same_logits(tmp_path, monkeypatch):
+  """The fast path, which the rest of the suite skips (tests/conftest.py). A call never searches: a new step
+  compiles with the default kernels until search_step has searched it, which sends its kernels through
+  tinygrad's BEAM search and recompiles it with them. Replays search nothing; the searched logits are the
+  default kernels' up to float32 rounding; and another model of the same shape then finds the step searched
+  (remembered on disk) and compiles it from the cache of searches, searching nothing new."""
+  monkeypatch.setattr(tinygrad.helpers, "CACHEDB", str(tmp_path / "cache.db"))  # a fresh cache of searches
+  monkeypatch.setattr(tinygrad.helpers, "_db_connection", None)
+  monkeypatch.setattr(tinygrad.helpers, "_db_tables", set())
   folder = write_checkpoint(tmp_path, n_layer=1, n_head=2, n_embd=16, vocab_size=40, n_ctx=16, seed=4)
   model, ref = load_model(str(folder)), load_model(str(folder))
-  model.search = 1
+  model.search, ref.search = 1, 0
   tokens = [3, 1, 4]
-  for _ in range(2):  # run, then capture: both compile
-    got = logits(model, tokens, 0)
-  assert searched, "no kernel went through the search"
-  n = len(searched)
-  np.testing.assert_allclose(logits(model, tokens, 0), logits(ref, tokens, 0), atol=1e-5)
-  assert len(searched) == n, "a replay searched again"
+  for _ in range(3):
+    logits(model, tokens, 0)
+  assert searches() == 0 and model.unsearched() == [(BLOCK, None)], "a call searched"
+  model.search_step(BLOCK, None)
+  n = searches()
+  assert n > 0 and model.unsearched() == [], "search_step searched nothing"
+  got = logits(model, tokens, 0)
+  np.testing.assert_allclose(got, logits(ref, tokens, 0), atol=1e-5)
+  assert searches() == n, "a replay searched again"
+  again = load_model(str(folder))
+  again.search = 1
+  np.testing.assert_allclose(logits(again, tokens, 0), got, atol=1e-6)
+  assert again.steps[(BLOCK, None)].searched and searches() == n, "the search was not remembered"
   assert got.shape == (3, 40)
 
 def test_float16_weights_give_float32_logits(tmp_path):
@@ -144,9 +163,9 @@ def test_positions_past_the_context_are_refused(tiny_pair):
 
 @pytest.mark.parametrize("length,last", [(40, 3), (17, 5), (20, 8)])
 def test_long_input_is_fed_in_blocks(tiny_pair, length, last):
-  """An input longer than BLOCK tokens (a prompt, or a prompt and K drafts) goes through the compiled steps block
-  by block, keeping the last `last` tokens for the final call, with the same logits."""
+  """An input longer than BLOCK tokens (a prompt, or a prompt and K drafts) goes through one compiled step
+  block by block, the last block padded, and the last `last` tokens' logits are the same as in one call."""
   model, ref = tiny_pair
   seq = np.random.default_rng(5).integers(0, 101, length).tolist()
   full = logits(ref, seq, 0)
-  np.testing.assert_allclose(model(seq, 0, last=last).numpy()[0], full[-last:], atol=1e-4)
+  np.testing.assert_allclose(model(seq, 0, last=last), full[-last:], atol=1e-4)

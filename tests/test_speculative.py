@@ -1,9 +1,9 @@
 """speculative.py: greedy equals Algorithm 1, a perfect draft is always accepted, the stopping rules hold, and
 the CLI works as a user runs it, with one clear sentence for bad input."""
-import subprocess
+import os, signal, sqlite3, subprocess, sys, threading, time
 import numpy as np, pytest
 from tinygrad import Tensor
-from tiny import TOKENIZER_DIR, run_script, write_checkpoint
+from tiny import REPO, TOKENIZER_DIR, run_script, write_checkpoint
 from weights import load_model
 from sampling import Sampling
 import speculative
@@ -60,7 +60,8 @@ def test_stops_at_eos_inside_an_accepted_draft(models):
   assert tokens == greedy[:greedy.index(eos) + 1] and len(origins) == len(tokens)
 
 def test_a_prompt_just_longer_than_a_block(models):
-  """A 14-token prompt and K = 4 drafts make an 18-token first call with 5 outputs: the block split must keep them."""
+  """A 14-token prompt and K = 4 drafts make an 18-token first call with 5 outputs, which span two blocks of
+  K+1 rows: the split must keep them all."""
   target, draft, _ = models
   prompt = (PROMPT * 4)[:14]
   expected, _ = autoregressive_sample(target, prompt, 12, temperature=0)
@@ -212,7 +213,9 @@ def bad_inputs(target: str, draft: str, tokenizer: list[str], small_vocab: str, 
   return {
     "empty prompt": (["--prompt", "", *ok], "prompt is empty"),
     "prompt past the context": (["--prompt", "word " * 80, *ok], "context holds 64"),
-    "K < 1": (["--prompt", "Hi", "-K", "0", *ok], "at least 1"),
+    "K < 1": (["--prompt", "Hi", "-K", "0", *ok], "K (the lookahead) is 0: it must be in 1..63"),
+    "K past the widest step": (["--prompt", "Hi", "-K", "64", *ok],
+                               "K (the lookahead) is 64: it must be in 1..63"),
     "max-new-tokens < 1": (["--prompt", "Hi", "--max-new-tokens", "0", *ok], "max-new-tokens is 0"),
     "temperature < 0": (["--prompt", "Hi", "--temperature", "-1", *ok], "temperature is -1.0"),
     "top-k < 0": (["--prompt", "Hi", "--top-k", "-2", *ok], "top-k is -2"),
@@ -243,3 +246,39 @@ def test_cli_bad_input_gets_one_sentence_and_exit_2(gpt2_vocab_models, tmp_path)
     assert out.returncode == 2 and message in out.stderr, f"{case}: {out.stderr}"
     assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1, \
       f"{case}: {out.stderr}"
+
+def test_first_run_says_its_kernels_are_not_searched_and_ctrl_c_ends_the_search(gpt2_vocab_models, tmp_path):
+  """With the search on and an empty cache, a run compiles tinygrad's default kernels only, says so, prints
+  its text, and then searches for later runs, with a line on stderr at least every 10 seconds. Ctrl-C
+  (SIGINT) during that search ends the run with one line and exit code 130, no traceback; the cache stays
+  usable: it passes SQLite's integrity check and the next run uses it."""
+  target, draft, *tok = gpt2_vocab_models
+  env = {**os.environ, "DEV": os.environ.get("DEV", "CPU"), "BEAM": "1", "PYTHONUNBUFFERED": "1",
+         "CACHEDB": str(tmp_path / "cache.db")}
+  args = [sys.executable, str(REPO / "speculative.py"), "--prompt", "Hello", "--target", target,
+          "--draft", draft, *tok, "--max-new-tokens", "6"]
+  run = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, env=env, cwd=REPO)
+  lines, searching = [], threading.Event()
+  def read() -> None:
+    for line in run.stderr:
+      lines.append((time.perf_counter(), line))
+      if line.startswith("searching the fastest kernels"):
+        searching.set()
+  reader = threading.Thread(target=read, daemon=True)
+  reader.start()
+  assert searching.wait(300), "".join(l for _, l in lines)
+  time.sleep(5)  # well into the search
+  run.send_signal(signal.SIGINT)
+  stdout = run.communicate(timeout=120)[0]
+  reader.join(10)
+  stderr = "".join(l for _, l in lines)
+  assert run.returncode == 130 and stderr.rstrip().endswith("interrupted"), stderr
+  assert "Traceback" not in stderr and "not searched yet" in stderr and "new tokens            6" in stdout
+  gaps = np.diff([t for t, _ in lines])
+  assert gaps.max() < 10, f"{gaps.max():.1f} s without a line on stderr"
+  assert sqlite3.connect(tmp_path / "cache.db").execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+  again = cli("--prompt", "Hello", "--target", target, "--draft", draft, *tok, "--max-new-tokens", "6",
+              env={"CACHEDB": str(tmp_path / "cache.db")})
+  text = lambda out: out.split("\n\n---")[0]
+  assert again.returncode == 0 and text(again.stdout) == text(stdout), again.stderr
