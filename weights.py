@@ -2,6 +2,7 @@
 into gpt2.py, and save a model in the same layout.
 
     model = load_model("gpt2")          # downloads openai-community/gpt2 once, then loads from the cache
+    model = load_model("demo-target")   # the demo pair in demo/: demo-target, demo-draft (no download)
     model = load_model("path/to/dir")   # a folder in Hugging Face layout: config.json + model.safetensors
     save_model(model, "path/to/dir")    # load_model's inverse
     enc = load_tokenizer()              # tiktoken's gpt2 encoding
@@ -27,6 +28,12 @@ CHUNK = 1 << 20  # bytes read from the network at a time, at most
 TOKENIZER_URL = "https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/"
 TOKENIZER_SHA256 = {"vocab.bpe": "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5",
                     "encoder.json": "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783"}
+
+# The demo pair that train.py trains on Python's documentation, shipped in demo/ with GPT-2's two tokenizer
+# files (byte for byte what tiktoken downloads): names that work from any working directory
+REPO = pathlib.Path(__file__).resolve().parent
+DEMO = {"demo-target": REPO / "demo" / "target", "demo-draft": REPO / "demo" / "draft"}
+TOKENIZER_DIR = REPO / "demo"
 
 class LoadError(Exception):
   """A model or tokenizer could not be had; the message is one sentence that says what to do."""
@@ -168,11 +175,15 @@ def looks_like_path(name: str) -> bool:
   return os.sep in name or "/" in name or name.startswith((".", "~"))
 
 def checkpoint_dir(name_or_dir: str) -> pathlib.Path:
-  """A local checkpoint folder as it is, or a preset name's cache folder, downloading what it lacks."""
-  if looks_like_path(name_or_dir) or os.path.isdir(name_or_dir):
-    return local_checkpoint(name_or_dir)
+  """A model's folder: a demo model's in this repository, a preset's in the cache (downloading what it lacks),
+  or a checkpoint folder as given. A name wins over a folder of that name in the working directory (./name is
+  the folder)."""
+  if name_or_dir in DEMO:
+    return local_checkpoint(str(DEMO[name_or_dir]))
   if name_or_dir not in PRESETS:
-    raise LoadError(f"Unknown model '{name_or_dir}': use one of {', '.join(PRESETS)}, "
+    if looks_like_path(name_or_dir) or os.path.isdir(name_or_dir):
+      return local_checkpoint(name_or_dir)
+    raise LoadError(f"Unknown model '{name_or_dir}': use one of {', '.join([*PRESETS, *DEMO])}, "
                     f"or a folder holding {' and '.join(FILES)}.")
   folder = cache_dir() / name_or_dir
   if all((folder / f).is_file() for f in FILES):
@@ -247,8 +258,8 @@ def hf_to_tinyspec(state: dict[str, Tensor], dtype: DType) -> dict[str, Tensor]:
   return out
 
 def load_model(name_or_dir: str, dtype: DType = dtypes.float32) -> GPT2:
-  """A GPT-2 with real weights: a preset name (gpt2, gpt2-medium, gpt2-large, gpt2-xl) or a Hugging Face
-  checkpoint folder.
+  """A GPT-2 with real weights: a preset name (gpt2, gpt2-medium, gpt2-large, gpt2-xl), a demo model
+  (demo-target, demo-draft) or a Hugging Face checkpoint folder.
 
   dtype float16 halves memory and bandwidth; the logits come back as float32 either way.
   """
@@ -271,9 +282,9 @@ def load_model(name_or_dir: str, dtype: DType = dtypes.float32) -> GPT2:
 
 # --- save ---
 
-def save_model(model: GPT2, folder: str | pathlib.Path) -> pathlib.Path:
-  """Write a model as a Hugging Face checkpoint (config.json, model.safetensors in float32), which
-  load_model reads back: load_model's inverse. Returns the folder."""
+def save_model(model: GPT2, folder: str | pathlib.Path, dtype: DType = dtypes.float32) -> pathlib.Path:
+  """Write a model as a Hugging Face checkpoint (config.json, model.safetensors with its weights in dtype),
+  which load_model reads back: load_model's inverse. Returns the folder."""
   folder = pathlib.Path(folder)
   folder.mkdir(parents=True, exist_ok=True)
   cfg = model.config
@@ -282,16 +293,18 @@ def save_model(model: GPT2, folder: str | pathlib.Path) -> pathlib.Path:
             "n_positions": cfg.n_ctx, "n_ctx": cfg.n_ctx, "layer_norm_epsilon": cfg.norm_eps}
   (folder / "config.json").write_text(json.dumps(config, indent=2))
   # the KV caches are state, not weights; the Conv1D weights go back to (in, out)
-  state = {k: (v.T if k.endswith(CONV1D) else v).float().contiguous()
+  state = {k: (v.T if k.endswith(CONV1D) else v).cast(dtype).contiguous()
            for k, v in get_state_dict(model).items() if not k.endswith("cache_kv")}
   safe_save(state, str(folder / "model.safetensors"))
   return folder
 
 # --- the tokenizer, and random weights ---
 
-def load_tokenizer(folder: str | None = None) -> tiktoken.Encoding:
-  """GPT-2's tokenizer: tiktoken's gpt2 encoding (cached under TIKTOKEN_CACHE_DIR), or built from a folder
-  with its two files."""
+def load_tokenizer(folder: str | pathlib.Path | None = None) -> tiktoken.Encoding:
+  """GPT-2's tokenizer, built from encoder.json and vocab.bpe in folder (checked against tiktoken's sha256).
+  By default the copies shipped in demo/ beside the demo pair, so no network is needed; without them,
+  tiktoken's own download (cached under TIKTOKEN_CACHE_DIR)."""
+  folder = folder or (TOKENIZER_DIR if (TOKENIZER_DIR / "vocab.bpe").is_file() else None)
   try:
     if folder is None:
       return tiktoken.get_encoding("gpt2")

@@ -16,7 +16,7 @@ TOKENS = [3, 14, 15, 9, 26, 5]
 PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
 
 def logits(model, tokens: list[int]) -> np.ndarray:
-  return model(tokens, 0).numpy()[0]
+  return model(tokens, 0)
 
 def one_sentence(e: pytest.ExceptionInfo) -> str:
   msg = str(e.value)
@@ -404,6 +404,15 @@ def test_folder_that_does_not_exist(cache, path):
     load_model(path)
   one_sentence(e)
 
+def test_demo_names_work_from_any_folder(checkpoint, tmp_path, monkeypatch):
+  """demo-target and demo-draft name the pair shipped in demo/ from any working directory, and a folder of the
+  same name there does not shadow them: ./demo-target is that folder."""
+  monkeypatch.chdir(tmp_path)
+  shutil.copytree(checkpoint, tmp_path / "demo-target")
+  for name in ("demo-target", "demo-draft"):
+    assert weights.checkpoint_dir(name) == weights.REPO / "demo" / name.removeprefix("demo-")
+  assert weights.checkpoint_dir("./demo-target") == tmp_path / "demo-target"
+
 def test_folder_under_home(checkpoint, tmp_path, monkeypatch):
   """A folder given as ~/... is looked for in the home folder, as a shell would."""
   monkeypatch.setenv("HOME", str(tmp_path))
@@ -427,6 +436,7 @@ def offline_tiktoken(tmp_path, closed_port, monkeypatch):
   a closed proxy."""
   monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "tiktoken"))
   monkeypatch.setattr(tiktoken.registry, "ENCODINGS", {})
+  monkeypatch.setattr(weights, "TOKENIZER_DIR", tmp_path / "no-shipped-files")  # tiktoken's route
   for v in ("HTTP_PROXY", "HTTPS_PROXY"):
     monkeypatch.setenv(v, f"http://127.0.0.1:{closed_port}")
   for v in ("ALL_PROXY", "http_proxy", "https_proxy", "all_proxy", "NO_PROXY", "no_proxy"):
@@ -440,9 +450,18 @@ def test_tokenizer_from_folder(offline_tiktoken):
   assert enc.encode(TEXT) == TEXT_TOKENS and enc.decode(TEXT_TOKENS) == TEXT and enc.n_vocab == 50257
 
 @needs_tokenizer_files
+def test_tokenizer_ships_with_the_repository(offline_tiktoken, monkeypatch):
+  """By default the tokenizer comes from the two files shipped in demo/ (checked against tiktoken's sha256):
+  no network and an empty tiktoken cache are no obstacle."""
+  monkeypatch.setattr(weights, "TOKENIZER_DIR", TOKENIZER_DIR)
+  enc = load_tokenizer()
+  assert enc.encode(TEXT) == TEXT_TOKENS and enc.decode(TEXT_TOKENS) == TEXT and enc.n_vocab == 50257
+  assert not offline_tiktoken.exists(), "tiktoken was asked"
+
+@needs_tokenizer_files
 def test_tokenizer_from_tiktoken_cache(offline_tiktoken):
-  """tiktoken's own route: the two files pre-placed in TIKTOKEN_CACHE_DIR under their URL-hash names, no
-  network."""
+  """tiktoken's own route, without the shipped files: the two files pre-placed in TIKTOKEN_CACHE_DIR under
+  their URL-hash names, no network."""
   offline_tiktoken.mkdir()
   for f, name in TIKTOKEN_NAMES.items():
     shutil.copy(TOKENIZER_DIR / f, offline_tiktoken / name)
@@ -456,7 +475,8 @@ def test_tokenizer_folder_without_files(offline_tiktoken, tmp_path):
   one_sentence(e)
 
 def test_tokenizer_no_network_empty_cache(offline_tiktoken):
-  """No network and nothing in tiktoken's cache is a LoadError saying where to get the two files."""
+  """No shipped files, no network and nothing in tiktoken's cache is a LoadError saying where to get the two
+  files."""
   with pytest.raises(LoadError, match="put encoder.json and vocab.bpe") as e:
     load_tokenizer()
   one_sentence(e)

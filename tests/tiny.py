@@ -5,8 +5,8 @@ import json, os, pathlib, subprocess, sys
 import numpy as np
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-# GPT-2's BPE files, beside the checkout (see its README)
-TOKENIZER_DIR = REPO.parent / "shared" / "gpt2-tokenizer"
+# GPT-2's BPE files, shipped beside the demo pair
+TOKENIZER_DIR = REPO / "demo"
 
 def hub_tensors(n_layer: int, n_head: int, n_embd: int, vocab_size: int, n_ctx: int, seed: int,
                 std: float) -> dict[str, np.ndarray]:
