@@ -1,0 +1,132 @@
+"""The README is a short front door and every relative link in it and in docs/ leads somewhere.
+
+Pure text: no tinygrad, no network, a few milliseconds. Links to http(s) and mailto are not followed (the
+tests never touch the network); links to files are checked on disk, and #anchors against the headings of the
+Markdown page they point to, slugged as GitHub slugs them.
+"""
+from __future__ import annotations
+import re, unicodedata
+from pathlib import Path
+from urllib.parse import unquote
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
+MAX_LINES, MAX_COLUMNS = 200, 110
+
+# [text](target) and ![alt](target), with an optional "title"; the text may hold one level of brackets
+INLINE_LINK = re.compile(r'!?\[(?:[^\[\]]|\[[^\[\]]*\])*\]\(\s*<?([^)\s>]*)>?(?:\s+"[^"]*")?\s*\)')
+REFERENCE_DEFINITION = re.compile(r'^\s{0,3}\[[^\]]+\]:\s*<?(\S+?)>?(?:\s+"[^"]*")?\s*$')
+HTML_LINK = re.compile(r'<(?:a|img)\s[^>]*?(?:href|src)="([^"]*)"', re.IGNORECASE)
+EXTERNAL = ("http://", "https://", "mailto:")
+
+def columns(line: str) -> int:
+  """The width an editor shows: combining marks (the hat of α̂, the tilde of x̃) take no column of their own."""
+  return sum(not unicodedata.combining(ch) for ch in line)
+
+def outside_code(text: str) -> list[str]:
+  """The lines of a Markdown text outside its fenced code blocks."""
+  lines, fence = [], None
+  for line in text.splitlines():
+    marker = re.match(r"\s{0,3}(```+|~~~+)", line)
+    if marker and (fence is None or marker.group(1).startswith(fence)):
+      fence = None if fence else marker.group(1)[:3]
+    elif fence is None:
+      lines.append(line)
+  return lines
+
+def prose_lines(text: str) -> list[str]:
+  """The lines outside code blocks, with inline code spans blanked: a link written as code is not one."""
+  return [re.sub(r"(`+)(.+?)\1", lambda m: " " * len(m.group(0)), line) for line in outside_code(text)]
+
+def slug(heading: str) -> str:
+  """GitHub's anchor for a heading: its text without Markdown, lowercased, with punctuation dropped (letters,
+  digits, marks, '_', '-' and spaces stay) and each space turned into a hyphen."""
+  text = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", heading)   # a link's text, not its target
+  text = re.sub(r"<[^>]+>", "", text).strip().lower()         # inline HTML
+  kept = "".join(ch for ch in text if ch in " -_" or unicodedata.category(ch)[0] in "LMN")
+  return kept.replace(" ", "-")
+
+def anchors(page: Path) -> set[str]:
+  """Every anchor GitHub gives the page's headings; a repeated heading gets -1, -2, ... as GitHub numbers it.
+  Code spans stay in a heading's text, as GitHub slugs them too."""
+  seen: dict[str, int] = {}
+  found = set()
+  for line in outside_code(page.read_text(encoding="utf-8")):
+    if not (heading := re.match(r"\s{0,3}#{1,6}\s+(.*?)(?:\s+#+)?\s*$", line)):
+      continue
+    base = slug(heading.group(1))
+    count = seen.get(base, 0)
+    found.add(base if count == 0 else f"{base}-{count}")
+    seen[base] = count + 1
+  return found
+
+def links(page: Path) -> list[str]:
+  """Every link target written in the page's prose."""
+  targets = []
+  for line in prose_lines(page.read_text(encoding="utf-8")):
+    targets += INLINE_LINK.findall(line) + HTML_LINK.findall(line)
+    if (definition := REFERENCE_DEFINITION.match(line)):
+      targets.append(definition.group(1))
+  return targets
+
+def broken_links(page: Path) -> list[str]:
+  """The relative links of a page that lead nowhere: a missing file or folder, or an anchor no heading has."""
+  broken = []
+  for target in links(page):
+    if not target or target.startswith(EXTERNAL):
+      continue
+    path, _, anchor = unquote(target).partition("#")
+    destination = (page.parent / path).resolve() if path else page
+    if not destination.exists():
+      broken.append(f"{target}: no such file")
+    elif anchor and destination.suffix == ".md" and anchor not in anchors(destination):
+      broken.append(f"{target}: no heading in {destination.name} has that anchor")
+  return broken
+
+# ***** the rules themselves, on known cases, so that a pass below means something *****
+
+@pytest.mark.parametrize("heading, anchor", [
+  ("Try it with no download", "try-it-with-no-download"),
+  ('What "exact" means here', "what-exact-means-here"),
+  ("Tests: does it keep the target's distribution?", "tests-does-it-keep-the-targets-distribution"),
+  ("Host work per call: DEV=NULL", "host-work-per-call-devnull"),
+  ("Does it pay on your machine? `bench.py`", "does-it-pay-on-your-machine-benchpy"),
+  ("top-k and top-p cost no sort", "top-k-and-top-p-cost-no-sort"),
+  ("[The demo](docs/demo.md) pair", "the-demo-pair"),
+  ("snake_case stays", "snake_case-stays"),
+])
+def test_slug_follows_github(heading: str, anchor: str):
+  assert slug(heading) == anchor
+
+def test_duplicate_headings_are_numbered(tmp_path: Path):
+  page = tmp_path / "page.md"
+  page.write_text("# Notes\n## Setup\n```\n## not a heading\n```\n## Setup\n## Setup\n", encoding="utf-8")
+  assert anchors(page) == {"notes", "setup", "setup-1", "setup-2"}
+
+def test_a_broken_link_is_reported(tmp_path: Path):
+  (tmp_path / "other.md").write_text("# Present\n", encoding="utf-8")
+  page = tmp_path / "page.md"
+  page.write_text("[ok](other.md#present) [gone](missing.md) [bad anchor](other.md#absent) [self](#nowhere)\n"
+                  "`[in code](missing.md)` [web](https://example.com/x.md)\n", encoding="utf-8")
+  assert [b.split(":")[0] for b in broken_links(page)] == ["missing.md", "other.md#absent", "#nowhere"]
+
+# ***** the repository's pages *****
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_relative_links_resolve(page: Path):
+  assert broken_links(page) == [], f"{page.relative_to(ROOT)} has broken links"
+
+def test_every_docs_page_is_linked_from_the_readme():
+  linked = {(README.parent / unquote(t).partition("#")[0]).resolve() for t in links(README)}
+  assert [p.name for p in PAGES[1:] if p.resolve() not in linked] == []
+
+def test_readme_is_short():
+  lines = README.read_text(encoding="utf-8").splitlines()
+  assert len(lines) <= MAX_LINES, f"README.md has {len(lines)} lines; the depth belongs in docs/"
+
+def test_readme_lines_fit():
+  wide = [(n, columns(line)) for n, line in enumerate(README.read_text(encoding="utf-8").splitlines(), 1)
+          if columns(line) > MAX_COLUMNS]
+  assert wide == [], f"README.md lines wider than {MAX_COLUMNS} columns (line, width): {wide}"
