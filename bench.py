@@ -379,7 +379,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
   ap.add_argument("--vs-hf", action="store_true", help="also run transformers' assisted generation "
                   "(greedy, K from -K) and print the tokens/s ratio")
   ap.add_argument("--tokenizer", help="folder with GPT-2's encoder.json and vocab.bpe "
-                  f"(default: {SHARED_TOKENIZER} if present, else tiktoken's)")
+                  "(default: the copies shipped in demo/)")
   ap.add_argument("--out", default="bench_out", help="folder for the JSON results and the PNG plots")
   return ap.parse_args(argv)
 
