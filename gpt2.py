@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Callable
 import numpy as np
 from tinygrad import Context, Device, Tensor, TinyJit, UOp, Variable, dtypes, nn
-from tinygrad.helpers import diskcache_get, diskcache_put
+from tinygrad.helpers import BEAM, diskcache_get, diskcache_put
 
 @dataclass(frozen=True)
 class GPT2Config:
@@ -52,6 +52,7 @@ ROWS = 4       # default kernels read a weight once for all rows only when 3 or 
 # the default kernels on a CPU), but takes minutes per step. So no call searches: a step compiles with default
 # kernels until search_step has searched it on this machine (kept in ~/.cache/tinygrad). BEAM=0: no search.
 SEARCH = int(os.environ.get("BEAM", 2))
+BEAM.value = 0  # tinygrad reads BEAM too: outside search_step (loading, training, sampling) nothing searches
 # what a step's kernels depend on besides its shape: this file and the sampling heads
 SOURCE = hashlib.sha256(b"".join((pathlib.Path(__file__).parent / f).read_bytes()
                                  for f in ("gpt2.py", "sampling.py"))).hexdigest()[:16]
@@ -112,8 +113,7 @@ class GPT2:
     self.search = 0 if Device.DEFAULT == "NULL" else SEARCH  # DEV=NULL runs no kernel, so nothing to time
 
   def make_cache(self) -> None:
-    """Allocate zeroed KV caches in the weights' dtype and device, once: compiled steps point at them. They
-    are never cleared, as stale entries are overwritten before they are read."""
+    """Allocate zeroed KV caches once, for compiled steps to point at. Stale entries are never cleared."""
     if self.h[0].attn.cache_kv is not None:
       return
     cfg, w = self.config, self.wte.weight

@@ -263,9 +263,9 @@ def argmax_draft(monkeypatch: pytest.MonkeyPatch, target: GPT2, draft: GPT2) -> 
 def filter_only_the_draft(monkeypatch: pytest.MonkeyPatch, target: GPT2, draft: GPT2) -> None:
   """top-k and top-p are applied to the draft's p but not to the target's q: the output follows the unfiltered
   target."""
-  def probs(model, tokens, start_pos, n_out, settings):
+  def probs(model, tokens, start_pos, n_out, settings, rows):
     return next_probs(model, tokens, start_pos, n_out,
-                      Sampling(settings.temperature) if model is target else settings)
+                      Sampling(settings.temperature) if model is target else settings, rows)
   monkeypatch.setattr(speculative, "next_probs", probs)
 
 def score_one_position_late(monkeypatch: pytest.MonkeyPatch, target: GPT2, draft: GPT2) -> None:
@@ -279,13 +279,13 @@ def score_one_position_late(monkeypatch: pytest.MonkeyPatch, target: GPT2, draft
 def keep_the_rejected_draft(monkeypatch: pytest.MonkeyPatch, target: GPT2, draft: GPT2) -> None:
   """A rollback that keeps the rejected x̃_t in the target's cache, where the resampled token belongs."""
   cached: list[int] = []  # the token at each position of the target's KV cache
-  def probs(model, tokens, start_pos, n_out, settings):
+  def probs(model, tokens, start_pos, n_out, settings, rows):
     if model is target:
       if 0 < start_pos < len(cached):
         # a rollback: its first position is not rewritten
         tokens = cached[start_pos:start_pos + 1] + tokens[1:]
       cached[start_pos:] = tokens
-    return next_probs(model, tokens, start_pos, n_out, settings)
+    return next_probs(model, tokens, start_pos, n_out, settings, rows)
   monkeypatch.setattr(speculative, "next_probs", probs)
 
 Break = Callable[[pytest.MonkeyPatch, GPT2, GPT2], None]

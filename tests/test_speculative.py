@@ -270,8 +270,9 @@ def test_first_run_says_its_kernels_are_not_searched_and_ctrl_c_ends_the_search(
   assert searching.wait(300), "".join(l for _, l in lines)
   time.sleep(5)  # well into the search
   run.send_signal(signal.SIGINT)
-  stdout = run.communicate(timeout=120)[0]
-  reader.join(10)
+  stdout = run.stdout.read()  # to the end: the run has exited
+  run.wait(60)
+  reader.join(60)
   stderr = "".join(l for _, l in lines)
   assert run.returncode == 130 and stderr.rstrip().endswith("interrupted"), stderr
   assert "Traceback" not in stderr and "not searched yet" in stderr and "new tokens            6" in stdout

@@ -452,11 +452,10 @@ def test_tokenizer_from_folder(offline_tiktoken):
 @needs_tokenizer_files
 def test_tokenizer_ships_with_the_repository(offline_tiktoken, monkeypatch):
   """By default the tokenizer comes from the two files shipped in demo/ (checked against tiktoken's sha256):
-  no network and an empty tiktoken cache are no obstacle."""
+  no network (requests go to a closed port) and an empty tiktoken cache are no obstacle."""
   monkeypatch.setattr(weights, "TOKENIZER_DIR", TOKENIZER_DIR)
   enc = load_tokenizer()
   assert enc.encode(TEXT) == TEXT_TOKENS and enc.decode(TEXT_TOKENS) == TEXT and enc.n_vocab == 50257
-  assert not offline_tiktoken.exists(), "tiktoken was asked"
 
 @needs_tokenizer_files
 def test_tokenizer_from_tiktoken_cache(offline_tiktoken):
