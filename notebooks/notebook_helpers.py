@@ -1,9 +1,11 @@
-"""What the notebooks share: their models, GPT-2's tokenizer, the coloured trace, and plot defaults.
+"""What the notebooks share: their models, the coloured trace, and plot defaults.
 
-The saved outputs come from tiny random-weight stand-ins built by the package (weights.random_model),
-with GPT-2's full vocabulary, so that real prompts tokenize and decode. A draft is the target's network drawn
-with the same seed, its weights scaled a little smaller: the same network, a little flatter, so it agrees with
-the target often, as a good draft does.
+Text and acceptance rates in the saved outputs come from the demo pair (demo-target, demo-draft: small GPT-2s
+trained by train.py on Python's documentation, shipped in demo/). Where a notebook needs exact small cases, it
+uses tiny random-weight stand-ins built by the package (weights.random_model), with GPT-2's full vocabulary, so
+that real prompts tokenize and decode. A tiny draft is the target's network drawn with the same seed, its
+weights scaled a little smaller: the same network, a little flatter, so it agrees with the target often, as a
+good draft does.
 """
 from __future__ import annotations
 import codecs, html, pathlib, sys
@@ -15,9 +17,8 @@ if str(REPO) not in sys.path:
 from tinygrad.nn.state import get_parameters  # noqa: E402
 from gpt2 import GPT2  # noqa: E402
 from speculative import EOT  # noqa: E402
-from weights import load_model, load_tokenizer, random_model  # noqa: E402
+from weights import load_model, random_model  # noqa: E402
 
-TOKENIZER_DIR = REPO.parent / "shared" / "gpt2-tokenizer"  # GPT-2's BPE files beside the checkout, if there
 TINY_SHAPE = "2,2,32"  # n_layer, n_head, n_embd: a toy body on GPT-2's vocabulary and context
 # random_model draws weights as PyTorch does: so small that the next-token distributions are nearly uniform.
 # Scaled up 12 times, they are peaked, as a trained model's are.
@@ -44,19 +45,17 @@ def tiny_model(scale: float = 1.0, seed: int = 0) -> GPT2:
 def load_models(models: str, draft_scales: tuple[float, ...] = (0.94,)) -> tuple[GPT2, dict[str, GPT2]]:
   """The target q and named drafts p.
 
+  models "demo": the demo pair shipped in demo/ (no download).
   models "gpt2": GPT-2 1.5B and GPT-2 124M (downloaded once, about 7 GB).
   models "tiny": the tiny target and one tiny draft per scale in draft_scales (closer to 1 = more agreement).
   """
+  if models == "demo":
+    return load_model("demo-target"), {"demo-draft": load_model("demo-draft")}
   if models == "gpt2":
     return load_model("gpt2-xl"), {"GPT-2 124M": load_model("gpt2")}
   if models != "tiny":
-    raise ValueError(f'MODELS is {models!r}: use "tiny" or "gpt2".')
+    raise ValueError(f'MODELS is {models!r}: use "demo", "tiny" or "gpt2".')
   return tiny_model(), {f"tiny draft, weights × {s}": tiny_model(s) for s in draft_scales}
-
-def tokenizer():
-  """GPT-2's tokenizer: from ../shared/gpt2-tokenizer if that folder is there (no network needed), else
-  tiktoken's."""
-  return load_tokenizer(str(TOKENIZER_DIR)) if TOKENIZER_DIR.is_dir() else load_tokenizer()
 
 def token_text(enc, token: int) -> str:
   """One token as text; a token that is only part of a UTF-8 character shows as its bytes."""

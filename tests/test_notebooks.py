@@ -2,7 +2,7 @@
 committed copy carries its outputs.
 
 After changing a notebook, or code that a notebook runs, save fresh outputs
-(run it on the tiny models, as CI does):
+(each on the models its MODELS line names, the demo pair or the tiny ones, as CI does):
 
     DEV=CPU python tests/test_notebooks.py                      # all notebooks, in place
     DEV=CPU python tests/test_notebooks.py notebooks/03_*.ipynb # some
@@ -93,8 +93,8 @@ def test_committed_notebook_has_its_outputs(path):
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_runs_top_to_bottom(path):
-  """Every cell runs (on the tiny models), within the time limit, every plot is titled and labelled, and the
-  saved outputs have the same shape."""
+  """Every cell runs (on the models its MODELS line names), within the time limit, every plot is titled and
+  labelled, and the saved outputs have the same shape."""
   fresh, seconds = execute(path)
   assert seconds < TIME_LIMIT_S, f"{path.name} took {seconds:.0f} s; the limit is {TIME_LIMIT_S} s"
   saved = nbformat.read(path, as_version=4)
