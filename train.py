@@ -25,7 +25,7 @@ ROOT = pathlib.Path(__file__).resolve().parent
 # name: (shape, training steps, peak learning rate); a step is one sequence of 256 tokens
 SIZES = {
   "target": (GPT2Config(n_layer=4, n_head=4, n_embd=256, n_ctx=256), 1500, 1e-3),
-  "draft":  (GPT2Config(n_layer=2, n_head=2, n_embd=128, n_ctx=256), 3000, 2e-3),
+  "draft":  (GPT2Config(n_layer=2, n_head=2, n_embd=128, n_ctx=256), 1000, 2e-3),
 }
 BATCH, WARMUP, EVAL_EVERY = 1, 100, 500
 OFF = 1000.0  # every token the corpus never uses gets the logit -OFF: see expand
