@@ -43,18 +43,27 @@ def test_tokens_off_the_corpus_get_almost_nothing(pair, corpus):
     probs /= probs.sum(-1, keepdims=True)
     assert probs[:, off].sum(-1).max() < 1e-3
 
+def corpus_word_share(enc, tokens: list[int], words: set[str]) -> float:
+  """The share of the words (runs of letters) of the decoded tokens that are words of the corpus."""
+  found = re.findall(r"[A-Za-z]+", enc.decode(tokens))
+  assert len(found) >= 12, enc.decode(tokens)
+  return sum(w in words for w in found) / len(found)
+
 def test_text_is_the_corpus_own_words(pair, corpus):
-  """Sampled continuations of a sentence from the docs are words the docs use (at least 9 in 10 of them, from
-  both models; the rest are pieces of markup and code), and speculative sampling at temperature 0 gives the
-  target's greedy text exactly. (Greedy text itself is no test of words here: for models this weak the
+  """Sampled continuations of a sentence from the docs are mostly words the docs use (at least 3 in 4, from
+  both models, over 3 seeds; measured 83 to 97 %), where 48 tokens drawn uniformly from the corpus's own
+  tokens, the negative control, make about half (37 to 61 %); and speculative sampling at temperature 0 gives
+  the target's greedy text exactly. (Greedy text itself is no test of words here: for models this weak the
   likeliest token is a line break nearly everywhere, as the docs wrap at 70 columns: greedy text is blank.)"""
-  enc, train_ids, val_ids, _ = corpus
+  enc, train_ids, val_ids, used = corpus
   words = set(re.findall(r"[A-Za-z]+", enc.decode(np.concatenate([train_ids, val_ids]).tolist())))
   prompt = enc.encode("Every object has an identity, a type and a value.")
   target, draft = pair
   for model in pair:
-    tokens, _ = autoregressive_sample(model, prompt, 48, seed=1, eos=None)
-    found = re.findall(r"[A-Za-z]+", enc.decode(tokens))
-    assert len(found) >= 12 and sum(w in words for w in found) >= 0.9 * len(found), enc.decode(tokens)
+    for seed in range(3):
+      tokens, _ = autoregressive_sample(model, prompt, 48, seed=seed, eos=None)
+      assert corpus_word_share(enc, tokens, words) >= 0.75, enc.decode(tokens)
+  noise = np.random.default_rng(0).choice(used, 48).tolist()
+  assert corpus_word_share(enc, noise, words) < 0.75, "the control passes: the test cannot tell noise apart"
   greedy, _ = autoregressive_sample(target, prompt, 16, temperature=0, eos=None)
   assert speculative_sample(target, draft, prompt, 16, K=4, temperature=0, eos=None)[0] == greedy
