@@ -220,7 +220,8 @@ def vs_hf(target: GPT2, draft: GPT2, folders: tuple[str, str], prompts: list[lis
   transformers.logging.set_verbosity_error()  # keep the table readable
   transformers.logging.disable_progress_bar()
   hf_target, hf_draft = (transformers.GPT2LMHeadModel.from_pretrained(f).eval() for f in folders)
-  hf_draft.generation_config.num_assistant_tokens_schedule = "constant"  # keep K fixed, as here
+  hf_draft.generation_config.num_assistant_tokens = K                     # K drafts a round: transformers 5
+  hf_draft.generation_config.num_assistant_tokens_schedule = "constant"  # reads it here, and keeps it fixed
   hf_draft.generation_config.assistant_confidence_threshold = 0.0         # and draft all K, however unsure
   def hf(prompt: list[int]) -> list[int]:
     ids = torch.tensor([prompt])
