@@ -411,7 +411,7 @@ def test_demo_names_work_from_any_folder(checkpoint, tmp_path, monkeypatch):
   shutil.copytree(checkpoint, tmp_path / "demo-target")
   for name in ("demo-target", "demo-draft"):
     assert weights.checkpoint_dir(name) == weights.REPO / "demo" / name.removeprefix("demo-")
-  assert weights.checkpoint_dir("./demo-target") == tmp_path / "demo-target"
+  assert weights.checkpoint_dir("./demo-target").resolve() == (tmp_path / "demo-target").resolve()
 
 def test_folder_under_home(checkpoint, tmp_path, monkeypatch):
   """A folder given as ~/... is looked for in the home folder, as a shell would."""
