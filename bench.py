@@ -28,11 +28,12 @@ import tiktoken
 from tinygrad import Device, Tensor, TinyJit, dtypes
 from tinygrad.helpers import tqdm
 from tinygrad.nn.state import get_parameters
-from cli import load_draft, load_target, main, search_kernels, warm_up
-from gpt2 import GPT2, MAX_ROWS, host
+from cli import compiled_calls, load_draft, load_target, main, open_device, search_kernels, time_steps
+from cli import warm_up, warm_up_baseline
+from gpt2 import GPT2, MAX_ROWS
 from sampling import Sampling
 from speculative import NgramDraft, Stats, autoregressive_sample, expected_tokens_per_loop, predicted_speedup
-from speculative import speculative_sample
+from speculative import speculative_sample, time_step
 from weights import LoadError, checkpoint_dir, load_tokenizer, save_model
 
 GPT2_VOCAB = 50257
@@ -90,50 +91,58 @@ def machine() -> str:
 # ***** Algorithm 1 against Algorithm 2 *****
 
 def total(stats: list[Stats]) -> Stats:
-  """The Stats of several runs pooled: counts and times added (stopped_by, a word, is left out)."""
-  numbers = [f.name for f in fields(Stats) if f.name != "stopped_by"]
-  return Stats(**{name: sum(getattr(s, name) for s in stats) for name in numbers})
+  """The Stats of several runs pooled: counts and times added, the steps timed alone averaged (stopped_by, a
+  word, is left out)."""
+  timed_alone = ("draft_call_time", "target_call_time")
+  numbers = [f.name for f in fields(Stats) if f.name not in ("stopped_by", *timed_alone)]
+  pooled = Stats(**{name: sum(getattr(s, name) for s in stats) for name in numbers})
+  for name in timed_alone:
+    setattr(pooled, name, float(np.mean([getattr(s, name) for s in stats])))
+  return pooled
 
 def run_pairs(target: GPT2, draft: GPT2 | NgramDraft, prompts: list[list[int]], n_tokens: int, K: int,
-              sampling: Sampling, bar: tqdm, search: bool) -> list[tuple[Stats, Stats]]:
-  """Warm up (and with search, search the kernels), then continue each prompt i with Algorithm 1 and
-  Algorithm 2, both with seed i: their Stats."""
-  settings = dict(temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p, eos=None)
-  def pair(prompt: list[int], seed: int, n: int) -> tuple[Stats, Stats]:
-    base = autoregressive_sample(target, prompt, n, seed=seed, rows=K + 1, **settings)[1]
-    return base, speculative_sample(target, draft, prompt, n, K=K, seed=seed, **settings)[2]
-  warm_up(target, draft, K, sampling)
-  for _ in range(2):  # and Algorithm 1's one-row step: one call compiles, the next captures
-    pair(prompts[0], 0, 3 * (K + 1))
+              sampling: Sampling, bar: tqdm, search: bool) -> tuple[list[tuple[Stats, Stats]], tuple]:
+  """Warm up (and with search, search the kernels), time the steps alone, then continue each prompt i with
+  Algorithm 1 and Algorithm 2, both with seed i: their Stats, and the steps' seconds (draft, target at K+1
+  rows, target at 1 row)."""
+  settings = dict(temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p)
+  warm_up(target, draft, prompts[0], K, dict(settings, seed=0))
+  warm_up_baseline(target, prompts[0], K, dict(settings, seed=0))
   if search:
-    search_kernels([target] + ([draft] if isinstance(draft, GPT2) else []))
+    search_kernels(compiled_calls(target, draft))
+  steps = (*time_steps(target, draft, K, sampling), time_step(target, 1, sampling))
   runs = []
   for seed, prompt in enumerate(prompts):
-    runs.append(pair(prompt, seed, n_tokens))
+    base = autoregressive_sample(target, prompt, n_tokens, seed=seed, rows=K + 1, eos=None, **settings)[1]
+    runs.append((base, speculative_sample(target, draft, prompt, n_tokens, K=K, seed=seed, eos=None,
+                                          **settings)[2]))
+    if isinstance(draft, GPT2):
+      runs[-1][1].draft_call_time = steps[0]
+    runs[-1][1].target_call_time = steps[1]
     bar.update(1)
-  return runs
+  return runs, steps
 
-def summarize(K: int, runs: list[tuple[Stats, Stats]]) -> dict:
-  """One row of the table from the runs of one K: pooled figures, and per-prompt ones for the plots."""
+def summarize(K: int, runs: list[tuple[Stats, Stats]], steps: tuple[float, float, float]) -> dict:
+  """One row of the table from the runs of one K: pooled figures, and per-prompt ones for the plots. c and
+  t(K+1)/t(1) come from the steps timed alone (a round is one compiled call: its parts cannot be timed in it)."""
   base, spec = total([b for b, _ in runs]), total([s for _, s in runs])
   alpha, c, k = spec.acceptance_rate, spec.cost_ratio, spec.mean_drafted
   speedup, predicted = spec.tokens_per_second / base.tokens_per_second, predicted_speedup(alpha, k, c)
-  # what one target call of K+1 tokens costs against one of a single token: the paper assumes about 1
-  scoring_ratio = spec.target_call_time / base.target_call_time
   return {"K": K, "alg1_ms_per_token": 1e3 / base.tokens_per_second,
           "alg2_ms_per_token": 1e3 / spec.tokens_per_second, "speedup": speedup, "alpha": alpha,
           "tokens_per_target_call": spec.tokens_per_target_call, "c": c, "mean_drafted": k,
-          "scoring_ratio": scoring_ratio, "predicted": predicted,
+          # a target step of K+1 rows against one of 1 row, each timed alone: the paper assumes about 1
+          "scoring_ratio": steps[1] / steps[2], "predicted": predicted,
           "measured_over_predicted": speedup / predicted,
-          # Algorithm 2's time per round: K draft calls, one target call, the draws and the test
-          "ms_per_round": 1e3 * spec.total_time / spec.target_calls,
-          # the draws, the accept/reject test and the bookkeeping: the time outside the models' calls
-          "outside_calls_share": 1 - (spec.target_time + spec.draft_time) / spec.total_time,
+          # Algorithm 2's round: one compiled call (K draft steps, the target's K+1 rows, tests, draws, read)
+          "ms_per_round": 1e3 * spec.round_call_time,
+          "calls_per_round": spec.compiled_calls / spec.target_calls,
+          "host_ms_per_round": 1e3 * spec.host_time / spec.compiled_calls,
           "alg1_seconds": [b.total_time for b, _ in runs], "alg2_seconds": [s.total_time for _, s in runs],
           "tokens_per_loop": [s.tokens_per_target_call for _, s in runs],
-          "loop_seconds": [s.total_time / s.target_calls for _, s in runs],
-          "draft_seconds_per_loop": [s.draft_time / s.target_calls for _, s in runs],
-          "target_seconds_per_loop": [s.target_time / s.target_calls for _, s in runs],
+          "loop_seconds": [s.round_call_time for _, s in runs],
+          "draft_seconds_per_loop": [s.mean_drafted * s.draft_call_time for _, s in runs],
+          "target_seconds_per_loop": [s.target_call_time for _, s in runs],
           "alg1": asdict(base), "alg2": asdict(spec)}
 
 # ***** where the time goes: one call, the bytes it reads, the bandwidth *****
@@ -151,12 +160,13 @@ def scoring_cost(model: GPT2, lengths: range, reps: int, sampling: Sampling,
   model.make_cache()
   for r in tqdm(range(reps + 2), desc="scoring (rounds over T)"):
     if r == 2 and search:
-      search_kernels([model])
+      search_kernels(list(model.steps.values()))
     for T in lengths:  # T interleaved, so that a change of load on the machine touches every T alike
       start = time.perf_counter()
-      out = model.step([0] * T, PROMPT_LEN + r, T, sampling)
+      step = model.step(T, sampling)
+      out = step(PROMPT_LEN + r, *[0] * T)
       returned = time.perf_counter()
-      host(out).copy().astype(np.float64)  # as a model call (a float32 copy) and next_probs (float64) read it
+      step.to_host(out).copy().astype(np.float64)  # as a model call and reference.next_probs read it
       if r >= 2:  # the first two calls of a shape compile it and capture its compiled step
         times[T].append((time.perf_counter() - start, returned - start))
   median = statistics.median
@@ -259,14 +269,16 @@ COLUMNS: list[tuple[str, Callable[[dict], str]]] = [
   ("predicted", lambda r: f"{r['predicted']:.2f}x"),
   ("meas/pred", lambda r: f"{r['measured_over_predicted']:.2f}"),
   ("ms/round", lambda r: f"{r['ms_per_round']:.2f}"),
-  ("outside calls", lambda r: f"{100 * r['outside_calls_share']:.1f}%"),
+  ("host ms/round", lambda r: f"{r['host_ms_per_round']:.2f}"),
+  ("calls/round", lambda r: f"{r['calls_per_round']:.2f}"),
 ]
 LEGEND = ("predicted: (1 − α̂^(K+1)) / ((1 − α̂)(Kc + 1)) from the measured α̂ and c (K: the mean drafted "
-          "per call). t(K+1)/t(1): Algorithm 2's mean target call against Algorithm 1's (the paper assumes "
-          "about 1; a run's first call also reads the prompt). ms/round: Algorithm 2's time ÷ its target "
-          "calls, drafting and draws included (on DEV=NULL: the host work of one whole round). outside "
-          "calls: Algorithm 2's time outside the models' calls: the draws, the accept/reject test, the "
-          "bookkeeping.")
+          "per call). c and t(K+1)/t(1): a draft step, and a target step of K+1 rows, against a target step "
+          "of 1 row, each timed alone after the warm-up (a round is one compiled call, which cannot time its "
+          "parts; the paper assumes t(K+1)/t(1) about 1). ms/round: one compiled round, from its launch until "
+          "its tokens are read on the host (on DEV=NULL: the host work of one whole round). host ms/round: "
+          "until the launch returns (on CUDA or Metal, the host's own work; on the CPU the kernels run inside "
+          "it). calls/round: compiled calls launched per round.")
 
 def table(rows: list[dict]) -> str:
   """One line per K, each column as wide as its header or widest cell."""
@@ -337,8 +349,9 @@ def plot(rows: list[dict], header: str, n_tokens: int, out: pathlib.Path, tag: s
   paths.append(save(fig, ax, "Tokens per loop / (K + 1)", ylabel, "accepted"))
 
   fig, ax = plt.subplots(figsize=(6.4, 4.6))
-  curves = (("loop_seconds", "whole loop"), ("target_seconds_per_loop", "target call (K + 1 tokens)"),
-            ("draft_seconds_per_loop", "K draft calls"))
+  curves = (("loop_seconds", "whole round (one compiled call)"),
+            ("target_seconds_per_loop", "target step of K + 1 tokens, timed alone"),
+            ("draft_seconds_per_loop", "K draft steps, timed alone"))
   for key, label in curves:
     errorbar(ax, key, label, scale=1e3)
   paths.append(save(fig, ax, "Time per loop", "milliseconds (mean ± sd over prompts)", "loop"))
@@ -411,6 +424,7 @@ def check(args: argparse.Namespace, Ks: list[int]) -> Sampling:
     raise ValueError("--vs-hf compares two models: give a draft model, not ngram.")
   if args.draft == "ngram":
     NgramDraft(args.ngram_max)
+  open_device(None, args.half)
   return sampling
 
 def describe(args: argparse.Namespace) -> str:
@@ -425,7 +439,8 @@ def run_scoring(args: argparse.Namespace, sampling: Sampling) -> None:
   cost = scoring_cost(target, SCORING_T, SCORING_REPS, sampling, args.search)
   kind = " (random weights)" if args.random else ""
   print(f"\ndevice {machine()}\ntarget {args.target}{kind}: one call of T tokens with a Sampling head, then "
-        f"its probabilities copied to the host; median of {SCORING_REPS}\n{kernels([target])}")
+        f"its probabilities copied to the host; median of {SCORING_REPS}\n"
+        f"{kernels(list(target.steps.values()), target.search)}")
   target_bytes = model_bytes(target)
   params = target_bytes // target.wte.weight.dtype.itemsize
   print("  T   total ms    host ms   host share   t(T)/t(1)   GFLOP/s")
@@ -443,13 +458,13 @@ def run_scoring(args: argparse.Namespace, sampling: Sampling) -> None:
   timings = {"one call of T = 1 (Algorithm 1's step)": 1e3 * cost[1][0]}
   print("\n".join(floor_lines(target_bytes, bandwidth, source, timings)))
 
-def kernels(models: list[GPT2]) -> str:
-  """Whether the models ran searched kernels, in words."""
-  if not any(m.search for m in models):
+def kernels(calls: list, search: int) -> str:
+  """Whether the compiled calls ran searched kernels, in words."""
+  if not search:
     return "kernels: tinygrad's default ones (the search is off: BEAM=0, or DEV=NULL)"
-  if waiting := [key for m in models for key in m.unsearched()]:
-    return (f"kernels: tinygrad's default ones in {len(waiting)} steps, not searched yet on this machine "
-            "(--search searches them first, untimed)")
+  if waiting := [c for c in calls if not c.searched]:
+    return (f"kernels: tinygrad's default ones in {len(waiting)} compiled calls, not searched yet on this "
+            "machine (--search searches them first, untimed)")
   return "kernels: searched (tinygrad's BEAM search, cached on this machine)"
 
 def setting(sampling: Sampling) -> str:
@@ -485,12 +500,12 @@ def run_table(args: argparse.Namespace, Ks: list[int], sampling: Sampling) -> No
   out.mkdir(parents=True, exist_ok=True)
   load_before = os.getloadavg()[0]
   bar = tqdm(total=len(Ks) * len(prompts), desc="runs (K values × prompts)")
-  rows = [summarize(K, run_pairs(target, draft, prompts, args.max_new_tokens, K, sampling, bar, args.search))
+  rows = [summarize(K, *run_pairs(target, draft, prompts, args.max_new_tokens, K, sampling, bar, args.search))
           for K in Ks]
   bar.update(close=True)
   load = (load_before, os.getloadavg()[0])
   print_report(args, rows, sizes, sampling, prompts, source, load)
-  print(kernels([target] + ([draft] if isinstance(draft, GPT2) else [])))
+  print(kernels(compiled_calls(target, draft), target.search))
   bandwidth = print_floor(args, rows, sizes[0])
   results = {"device": machine(), "target": args.target, "draft": args.draft, "random_weights": args.random,
              "temperature": sampling.temperature, "prompts": prompts, "max_new_tokens": args.max_new_tokens,

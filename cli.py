@@ -12,7 +12,7 @@ from tinygrad.helpers import DEV
 from gpt2 import GPT2, MAX_ROWS
 from sampling import Sampling
 from speculative import EOT, Stats, Stream, autoregressive_sample, expected_tokens_per_loop, predicted_speedup
-from speculative import NgramDraft, check_run, next_probs, speculative_sample
+from speculative import NgramDraft, check_run, check_seed, speculative_sample, time_step
 from weights import LoadError, checkpoint_dir, load_model, load_tokenizer, random_model
 
 # green, yellow, magenta; cyan: a plain target step, in a round where the draft proposed nothing
@@ -39,10 +39,14 @@ def report(stats: Stats, K: int | None = None) -> str:
               f"tokens/target call    {stats.tokens_per_target_call:.2f} (paper's (1 - α^(K+1)) / (1 - α) "
               f"at α̂ and K = {stats.mean_drafted:.2f} drafted per call: "
               f"{expected_tokens_per_loop(a, stats.mean_drafted):.2f})",
-              f"time per draft token  {1e3 * stats.draft_call_time:.2f} ms",
-              f"time per target call  {1e3 * stats.target_call_time:.1f} ms (c = {stats.cost_ratio:.3f})"]
+              f"time per round        {1e3 * stats.round_call_time:.2f} ms (one compiled call: drafts, "
+              "target, tests and draws)",
+              f"time per draft token  {1e3 * stats.draft_call_time:.2f} ms (one draft step, timed alone)",
+              f"time per target call  {1e3 * stats.target_call_time:.1f} ms ({K + 1} rows, timed alone; "
+              f"c = {stats.cost_ratio:.3f})"]
   else:
-    lines += [f"time per target call  {1e3 * stats.target_call_time:.1f} ms"]
+    lines += [f"time per target call  {1e3 * stats.target_call_time:.1f} ms (one compiled call: the pass "
+              "and its draw)"]
   return "\n".join(lines + [f"tokens per second     {stats.tokens_per_second:.2f}"])
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -81,13 +85,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                   "(default: tiktoken's download and cache)")
   return ap.parse_args(argv)
 
-def open_device(name: str) -> None:
-  """Make name tinygrad's device, opening it now, so that an unusable device fails before any model loads."""
+def open_device(name: str | None, half: bool) -> None:
+  """Open the device (name, or tinygrad's choice) and its compiler now, and refuse what it cannot do, so that
+  an unusable device or setting fails with one sentence before any model loads."""
   try:
-    DEV.value = Device[name.upper()].device
+    device = Device[name.upper() if name else Device.DEFAULT]
+    renderer = device.renderer  # the kernel compiler: on CUDA this loads NVRTC
   except Exception as e:
-    raise ValueError(f"The device {name} is not usable here ({type(e).__name__}): "
+    if "nvrtc" in str(e).lower():
+      raise ValueError(f"The device {name or Device.DEFAULT} needs NVIDIA's NVRTC compiler, which was not "
+                       "found: install the CUDA toolkit or `pip install -r requirements-cuda.txt`, and set "
+                       "NVRTC_PATH to its libnvrtc.so (see the README's install lines).") from None
+    raise ValueError(f"The device {name or Device.DEFAULT} is not usable here ({type(e).__name__}): "
                      "try CPU, CUDA or METAL.") from None
+  if name:
+    DEV.value = device.device
+  if half and dtypes.float16 not in renderer.supported_dtypes():
+    raise ValueError(f"The device {device.device} cannot compute in float16: drop --half.")
 
 def load_all(args: argparse.Namespace) -> tuple[object, GPT2, GPT2 | NgramDraft]:
   """The tokenizer, the target and the draft;
@@ -130,10 +144,10 @@ def check_args(args: argparse.Namespace) -> None:
     raise ValueError(f"max-new-tokens is {args.max_new_tokens}: it must be at least 1.")
   if not args.prompt:
     raise ValueError("The prompt is empty: give some text to continue.")
+  check_seed(args.seed)
   if args.draft == "ngram":
     NgramDraft(args.ngram_max)
-  if args.device:
-    open_device(args.device)
+  open_device(args.device, args.half)
 
 @contextlib.contextmanager
 def heartbeat(status: Callable[[], str], every: float = 8.0) -> Iterator[None]:
@@ -152,37 +166,54 @@ def heartbeat(status: Callable[[], str], every: float = 8.0) -> Iterator[None]:
     done.set()
     thread.join()
 
-def warm_up(target: GPT2, draft: GPT2 | NgramDraft, K: int, sampling: Sampling) -> None:
-  """Compile every step that a round can use, so that the timed run replays them all: the target scores K+1
-  rows (one, when an n-gram draft proposes nothing); a draft model takes one token, or a block of K+1 (the
-  prompt, a catch-up). Each step takes two calls: the first runs and compiles, the second captures."""
-  drafting = [(target, 1)] if isinstance(draft, NgramDraft) else [(draft, 1), (draft, K + 1)]
-  shapes = [(target, K + 1), *drafting]
+def warm_up(target: GPT2, draft: GPT2 | NgramDraft, prompt: list[int], K: int, settings: dict) -> None:
+  """Compile every call Algorithm 2 makes, so that the timed run replays them all: the prompt's steps of K+1
+  rows and the round (for prompt lookup also the plain target step), by a short run, twice: the first
+  compiles, the second captures."""
   print(f"warming up on {Device.DEFAULT}: compiling kernels...", file=sys.stderr)
   done = []
-  with heartbeat(lambda: f"compiled {len(done)} of {2 * len(shapes)} calls"):
+  with heartbeat(lambda: f"compiling Algorithm 2: {len(done)} of 2 warm-up runs done"):
     for _ in range(2):
-      for model, rows in shapes:
-        next_probs(model, [0] * rows, 0, rows, sampling, rows)
-        done.append(rows)
-  if target.unsearched() or (isinstance(draft, GPT2) and draft.unsearched()):
+      speculative_sample(target, draft, prompt, 2 * K + 2, K=K, eos=None, **settings)
+      if isinstance(draft, NgramDraft):  # a lookup that finds nothing takes a plain target step
+        speculative_sample(target, draft, [0], 1, K=K, eos=None, **settings)
+      done.append(1)
+  if any(not c.searched for c in compiled_calls(target, draft)) and target.search:
     print("(tinygrad's default kernels: the fastest are not searched yet on this machine, so this run "
           "decodes about 2 to 3 times slower than later ones; after its text, it searches them once, some "
           "minutes; BEAM=0 skips that)", file=sys.stderr)
 
-def search_kernels(models: list[GPT2]) -> None:
-  """Search the fastest kernels of every step these models ran with default ones, so that later runs use them:
+def warm_up_baseline(target: GPT2, prompt: list[int], K: int, settings: dict) -> None:
+  """Compile Algorithm 1's calls: the prompt's steps of K+1 rows (Algorithm 2's too) and its token step."""
+  with heartbeat(lambda: "compiling Algorithm 1's step"):
+    for _ in range(2):
+      autoregressive_sample(target, prompt, 2, rows=K + 1, eos=None, **settings)
+
+def time_steps(target: GPT2, draft: GPT2 | NgramDraft, K: int, sampling: Sampling) -> tuple[float, float]:
+  """Seconds of one draft step (NaN for prompt lookup, which times itself) and one K+1-row target step, each
+  timed alone (compiled first): a fused round cannot time them apart."""
+  with heartbeat(lambda: "timing one draft step and one target step alone"):
+    t_draft = time_step(draft, 1, sampling) if isinstance(draft, GPT2) else float("nan")
+    return t_draft, time_step(target, K + 1, sampling)
+
+def compiled_calls(target: GPT2, draft: GPT2 | NgramDraft) -> list:
+  """Every compiled call these models have made: their steps and the rounds."""
+  models = [target] + ([draft] if isinstance(draft, GPT2) else [])
+  return [c for m in models for c in m.steps.values()] + list(target.rounds.values())
+
+def search_kernels(calls: list) -> None:
+  """Search the fastest kernels of every compiled call run with default ones, so that later runs use them:
   once per machine, cached on disk. Ctrl-C stops it; the next run goes on from the last kernel searched."""
-  todo = [(m, rows, head) for m in models for rows, head in m.unsearched()]
+  todo = [c for c in calls if not c.searched and c.width]
   if not todo:
     return
-  print(f"\nsearching the fastest kernels for later runs: {len(todo)} steps, once on this machine (minutes; "
-        "Ctrl-C stops it and the next run goes on from there; BEAM=0 skips it)", file=sys.stderr)
+  print(f"\nsearching the fastest kernels for later runs: {len(todo)} compiled calls, once on this machine "
+        "(minutes; Ctrl-C stops it and the next run goes on from there; BEAM=0 skips it)", file=sys.stderr)
   current = [""]
   with heartbeat(lambda: f"searching {current[0]}"):
-    for i, (model, rows, head) in enumerate(todo):
-      current[0] = f"step {i + 1} of {len(todo)} ({model.config.n_layer} layers, {rows} rows)"
-      model.search_step(rows, head)
+    for i, call in enumerate(todo):
+      current[0] = f"{i + 1} of {len(todo)} ({call.name})"
+      call.search()
   print("searched: later runs use these kernels", file=sys.stderr)
 
 def run(args: argparse.Namespace) -> None:
@@ -195,17 +226,20 @@ def run(args: argparse.Namespace) -> None:
                      f"not GPT-2's {enc.n_vocab}: the GPT-2 tokenizer cannot drive it.")
   prompt = enc.encode(args.prompt)
   check_run([target] + ([draft] if isinstance(draft, GPT2) else []), prompt, args.max_new_tokens)
-  warm_up(target, draft, K, Sampling(args.temperature, args.top_k, args.top_p))
+  warm_up(target, draft, prompt, K, settings)
   print(args.prompt, end="", flush=True)
   _, _, stats = speculative_sample(target, draft, prompt, args.max_new_tokens, K=K,
                                    stream=printer(enc, args.trace), **settings)
-  print(f"\n\n--- Algorithm 2 (speculative): target {args.target}, draft {args.draft}, K={K}, "
+  print()
+  sampling = Sampling(args.temperature, args.top_k, args.top_p)
+  t_draft, stats.target_call_time = time_steps(target, draft, K, sampling)
+  if isinstance(draft, GPT2):
+    stats.draft_call_time = t_draft
+  print(f"\n--- Algorithm 2 (speculative): target {args.target}, draft {args.draft}, K={K}, "
         f"device {Device.DEFAULT}")
   print(report(stats, K))
   if args.compare:
-    with heartbeat(lambda: "compiling Algorithm 1's one-row step"):
-      for _ in range(2):  # compile and capture it, out of the timed run
-        autoregressive_sample(target, prompt, 2, rows=K + 1, **settings)
+    warm_up_baseline(target, prompt, K, settings)
     # Algorithm 1 streams its text too, so that both runs are timed alike
     print(f"\n{args.prompt}", end="", flush=True)
     _, base = autoregressive_sample(target, prompt, args.max_new_tokens, rows=K + 1,
@@ -214,7 +248,7 @@ def run(args: argparse.Namespace) -> None:
     print(f"\n\n--- Algorithm 1 (auto-regressive): target {args.target}\n{report(base)}")
     print(f"\nspeedup               {stats.tokens_per_second / base.tokens_per_second:.2f}x measured, "
           f"{predicted:.2f}x predicted by (1 - α^(K+1)) / ((1 - α)(Kc + 1)) from α̂ and c")
-  search_kernels([target] + ([draft] if isinstance(draft, GPT2) else []))
+  search_kernels(compiled_calls(target, draft))
 
 def main(run: Callable[[argparse.Namespace], None] = run, args: argparse.Namespace | None = None) -> int:
   """Run a command: bad input, or a model or tokenizer that cannot be had, ends it with one sentence on stderr

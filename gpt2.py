@@ -57,9 +57,20 @@ BEAM.value = 0  # tinygrad reads BEAM too: outside search_step (loading, trainin
 SOURCE = hashlib.sha256(b"".join((pathlib.Path(__file__).parent / f).read_bytes()
                                  for f in ("gpt2.py", "sampling.py"))).hexdigest()[:16]
 
-def host(out: Tensor) -> np.ndarray:
-  """A compiled step's float32 result, which is already in host memory, as a NumPy view of it (no copy)."""
-  return np.frombuffer(out.uop.buffer.as_memoryview(allow_zero_copy=True), np.float32).reshape(out.shape)
+def read(out: Tensor, into: np.ndarray) -> np.ndarray:
+  """Copy a compiled step's result out of the device's own buffer into the host array `into`, and return it.
+
+  The copy goes straight from the device's buffer, on every device: not by .to("CPU"), as opening tinygrad's
+  CPU device compiles with clang, which a GPU machine may lack; and not by Buffer.as_memoryview() or .numpy(),
+  which in tinygrad 0.14 copy through a fresh host buffer each time (0.28 ms a call on DEV=NULL, against
+  0.05 ms for this copy into an array allocated once)."""
+  buf = out.uop.buffer
+  buf.allocator._copyout(memoryview(into).cast("B"), buf._buf)
+  return into
+
+def symbolic_ids(ids: tuple[UOp, ...]) -> Tensor:
+  """Token ids given as Variables, as the int32 Tensor that forward takes: numbers bound at each call."""
+  return Tensor.cat(*[Tensor.full((1,), i, dtype=dtypes.int32) for i in ids])
 
 class Attention:
   def __init__(self, cfg: GPT2Config):
@@ -101,7 +112,43 @@ class Block:
     return x + self.mlp(self.ln_2(x))
 
 Head = Callable[[Tensor], Tensor]  # maps a step's (rows, vocab) logits to its result, e.g. sampling.Sampling
-Step = tuple[TinyJit, list[UOp], bool]  # a compiled call, its Variables (start_pos, an id per row), searched?
+
+class Compiled:
+  """A function of Variables compiled by TinyJit (its first two calls run, then capture it); every later call
+  replays its kernels, and its host work is binding numbers and one launch. build(searched) gives the function
+  and its Variables. Its kernels are tinygrad's default ones until search() has searched them on this machine,
+  which is remembered on disk under its signature, so that later processes compile them searched at once."""
+  def __init__(self, name: str, signature: str, width: int,
+               build: Callable[[bool], tuple[Callable[..., Tensor], list[UOp]]]):
+    self.name, self.signature, self.width, self.build = name, signature, width, build
+    self.searched = bool(width) and bool(diskcache_get("tinyspec_searched", signature))
+    self.jit, self.variables = self.compile()
+    self.host: np.ndarray | None = None  # the result's host array, for to_host
+
+  def compile(self) -> tuple[TinyJit, list[UOp]]:
+    fn, variables = self.build(self.searched)
+    return TinyJit(fn), variables
+
+  def __call__(self, *values: int) -> Tensor:
+    """Run or replay it with its Variables bound to values (missing ones 0): its result, on the device."""
+    values = (*values, *[0] * (len(self.variables) - len(values)))
+    with Context(BEAM=self.width if self.searched and self.jit.cnt < 2 else 0):  # searched: from the cache
+      return self.jit(*(v.bind(int(n)) for v, n in zip(self.variables, values)))
+
+  def to_host(self, out: Tensor) -> np.ndarray:
+    """Its result copied into its host array (allocated once, overwritten by the next to_host)."""
+    if self.host is None:
+      self.host = np.zeros(out.shape, out.dtype.fmt)  # zeros: DEV=NULL copies nothing in
+    return read(out, self.host)
+
+  def search(self) -> None:
+    """Search its fastest kernels with tinygrad's BEAM (minutes), recompile with them, and remember that."""
+    self.searched = True
+    self.jit, self.variables = self.compile()
+    with Context(BEAM=self.width):
+      for _ in range(2):  # run, then capture: both compile
+        self()
+    diskcache_put("tinyspec_searched", self.signature, True)
 
 class GPT2:
   def __init__(self, cfg: GPT2Config):
@@ -109,7 +156,8 @@ class GPT2:
     self.wte, self.wpe = nn.Embedding(cfg.vocab_size, cfg.n_embd), nn.Embedding(cfg.n_ctx, cfg.n_embd)
     self.h = [Block(cfg) for _ in range(cfg.n_layer)]
     self.ln_f = nn.LayerNorm(cfg.n_embd, eps=cfg.norm_eps)
-    self.steps: dict[tuple[int, Head | None], Step] = {}  # by (rows, head)
+    self.steps: dict[tuple[int, Head | None], Compiled] = {}  # by (rows, head)
+    self.rounds: dict[tuple, Compiled] = {}  # speculative.py's compiled calls with this model as the target
     self.search = 0 if Device.DEFAULT == "NULL" else SEARCH  # DEV=NULL runs no kernel, so nothing to time
 
   def make_cache(self) -> None:
@@ -121,12 +169,12 @@ class GPT2:
     for block in self.h:
       block.attn.cache_kv = Tensor.zeros(*shape, dtype=w.dtype, device=w.device).contiguous().realize()
 
-  def forward(self, ids: list[int | UOp], start_pos: int | UOp) -> Tensor:
-    """Float32 logits (T, vocab) after each of the T tokens ids at start_pos.. . No JIT: this is what a
-    compiled step runs, with start_pos and the ids symbolic."""
-    T = len(ids)
-    # each id picks its embedding row with a slice, so a symbolic id is just a number bound at each call
-    x = Tensor.cat(*[self.wte.weight.shrink(((i, i + 1), None)) for i in ids]).unsqueeze(0)
+  def forward(self, ids: Tensor, start_pos: int | UOp) -> Tensor:
+    """Float32 logits (T, vocab) after each of the T token ids (an int32 Tensor) at start_pos.. . No JIT: this
+    is what a compiled call runs, with start_pos symbolic and the ids bound numbers or tokens drawn on the
+    device."""
+    T = ids.shape[0]
+    x = self.wte.weight[ids].unsqueeze(0)  # a gather: reads T rows of the embedding, not all of it
     # a step's padding rows may sit past the context's end: give them zero position embeddings there
     x = x + self.wpe.weight.pad(((0, MAX_ROWS - 1), None))[start_pos:start_pos + T]
     for block in self.h:
@@ -144,46 +192,30 @@ class GPT2:
       x = block(x, None)
     return self.ln_f(x) @ self.wte.weight.T
 
-  def signature(self, rows: int, head: Head | None) -> str:
-    """What a step's kernels depend on: the name under which its search is remembered on disk."""
+  def signature(self) -> str:
+    """What its compiled calls' kernels depend on besides their shape."""
     w = self.wte.weight
-    return f"{self.config}|{w.dtype}|{w.device}|rows={rows}|{head!r}|BEAM={self.search}|{SOURCE}"
+    return f"{self.config}|{w.dtype}|{w.device}|BEAM={self.search}|{SOURCE}"
 
-  def compile(self, rows: int, head: Head | None, searched: bool) -> Step:
-    """A step of `rows` rows (a multiple of ROWS with default kernels), compiled by its first two calls."""
-    width = rows if searched or rows == 1 else -(-rows // ROWS) * ROWS
-    def run(start_pos: UOp, *ids: UOp) -> Tensor:
-      logits = self.forward(list(ids), start_pos)
-      # every result is read on the host: the copy there is part of the compiled step
-      return (logits if head is None else head(logits)).to("CPU").contiguous()
-    variables = [Variable("start_pos", 0, self.config.n_ctx - 1)]
-    variables += [Variable(f"id{t}", 0, self.config.vocab_size - 1) for t in range(width)]
-    return TinyJit(run), variables, searched
-
-  def step(self, ids: list[int], start_pos: int, rows: int, head: Head | None) -> Tensor:
-    """One compiled call on up to `rows` tokens: its result for every row (those past len(ids) are padding),
-    in host memory, in a buffer that its next call overwrites. start_pos and the ids enter as Variables, so
-    every call after the first two replays the same kernels: its host work is binding numbers, one launch."""
+  def step(self, rows: int, head: Head | None) -> Compiled:
+    """The compiled call on `rows` tokens (a multiple of ROWS with default kernels): Variables start_pos and
+    one id per row, result head(logits) for every row (those past the tokens given are padding)."""
     if (rows, head) not in self.steps:
-      searched = bool(self.search) and bool(diskcache_get("tinyspec_searched", self.signature(rows, head)))
-      self.steps[(rows, head)] = self.compile(rows, head, searched)
-    jit, variables, searched = self.steps[(rows, head)]
-    padded = [*ids, *[0] * (len(variables) - 1 - len(ids))]
-    with Context(BEAM=self.search if searched and jit.cnt < 2 else 0):  # searched: found in the cache
-      return jit(*(v.bind(int(n)) for v, n in zip(variables, [start_pos, *padded])))
+      def build(searched: bool) -> tuple[Callable[..., Tensor], list[UOp]]:
+        width = rows if searched or rows == 1 else -(-rows // ROWS) * ROWS
+        def run(start_pos: UOp, *ids: UOp) -> Tensor:
+          logits = self.forward(symbolic_ids(ids), start_pos)
+          return (logits if head is None else head(logits)).contiguous()  # stays on the device: see read
+        variables = [Variable("start_pos", 0, self.config.n_ctx - 1)]
+        return run, variables + [Variable(f"id{t}", 0, self.config.vocab_size - 1) for t in range(width)]
+      name = f"{self.config.n_layer} layers, {rows} rows"
+      signature = f"{self.signature()}|rows={rows}|{head!r}"
+      self.steps[(rows, head)] = Compiled(name, signature, self.search, build)
+    return self.steps[(rows, head)]
 
-  def unsearched(self) -> list[tuple[int, Head | None]]:
-    """The (rows, head) of the steps this model has compiled with default kernels, whose search is on."""
-    return [key for key, (_, _, searched) in self.steps.items() if not searched] if self.search else []
-
-  def search_step(self, rows: int, head: Head | None) -> None:
-    """Search the fastest kernels of one step with tinygrad's BEAM search (minutes), recompile it with them,
-    and remember on disk that it is searched, so that later processes compile it searched at once."""
-    jit, variables, _ = self.steps[(rows, head)] = self.compile(rows, head, searched=True)
-    with Context(BEAM=self.search):
-      for _ in range(2):  # run, then capture: both compile
-        jit(*(v.bind(0) for v in variables))
-    diskcache_put("tinyspec_searched", self.signature(rows, head), True)
+  def unsearched(self) -> list[Compiled]:
+    """The compiled calls this model runs with default kernels, where the search is on."""
+    return [c for c in self.steps.values() if not c.searched] if self.search else []
 
   def __call__(self, ids: list[int], start_pos: int, last: int | None = None, head: Head | None = None,
                rows: int = BLOCK) -> np.ndarray:
@@ -202,9 +234,11 @@ class GPT2:
       raise ValueError(f"rows is {rows}: it must be in 1..{MAX_ROWS}")
     self.make_cache()
     rows, out = 1 if T == 1 else rows, []
+    step = self.step(rows, head)
     for b in range(0, T, rows):
       block = ids[b:b + rows]
-      result = self.step(block, start_pos + b, rows, head)
-      if b + len(block) > T - last:  # it holds some of the last `last` tokens: copy their rows before the
-        out.append(host(result)[max(T - last - b, 0):len(block)].copy())  # next call overwrites them
+      result = step(start_pos + b, *block)
+      if b + len(block) > T - last:  # it holds some of the last `last` tokens: copy their rows out of the
+        host = step.to_host(result)                      # step's host array, which its next read overwrites
+        out.append(host[max(T - last - b, 0):len(block)].copy())
     return out[0] if len(out) == 1 else np.concatenate(out)

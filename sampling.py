@@ -1,9 +1,8 @@
-"""From logits to the distributions that get sampled, and one draw from them.
+"""From logits to the distributions that get sampled: temperature, top-k and top-p, on the device.
 
     sampling = Sampling(temperature=0.8, top_k=50, top_p=0.95)   # checked on creation
     probs = model(ids, start_pos, head=sampling)                 # on the device, inside the model's
                                                                  # compiled call
-    token = sample(probs.numpy()[0], rng)                        # on the host, with one seeded uniform number
 
 Speculative sampling applies the same Sampling to the draft (giving p) and to the target (giving q) at every
 position, so that Algorithm 2 compares like with like and emits the target's filtered distribution.
@@ -11,7 +10,6 @@ position, so that Algorithm 2 compares like with like and emits the target's fil
 from __future__ import annotations
 from dataclasses import dataclass
 import math
-import numpy as np
 from tinygrad import Tensor, dtypes
 
 @dataclass(frozen=True)
@@ -91,22 +89,3 @@ def largest_reaching(key: Tensor, target: int, bits: int, weight: Tensor | None 
     # the candidates that reach target are the smallest, 1..n of them: t + n << low is the largest
     t = t + reach.sum(-1, keepdim=True).cast(dtypes.uint32) * (1 << low)
   return t
-
-BLOCK = 256  # sample() walks the CDF by blocks of this many tokens
-
-def sample(weights: np.ndarray, rng: np.random.Generator) -> int:
-  """Draw a token with probability weight / sum(weights), by inverse CDF with one uniform number from rng.
-
-  The CDF is walked in two short steps, over blocks of BLOCK tokens and then inside the chosen block: the same
-  draw as one cumulative sum over the whole vocabulary, but about 8 times faster for GPT-2's 50257 tokens,
-  which matters as every draft token costs one draw. A zero-weight token is never drawn.
-  """
-  sums = np.add.reduceat(weights, np.arange(0, len(weights), BLOCK))  # each block's total
-  cdf = np.cumsum(sums)
-  u = rng.random() * cdf[-1]
-  # float rounding can put u at the very end of a CDF: never step past the last token of positive weight
-  b = min(int(np.searchsorted(cdf, u, side="right")), np.flatnonzero(sums).max(initial=0))
-  block = weights[b * BLOCK:(b + 1) * BLOCK]
-  u -= cdf[b - 1] if b else 0.0
-  t = min(int(np.searchsorted(np.cumsum(block), u, side="right")), np.flatnonzero(block).max(initial=0))
-  return b * BLOCK + t

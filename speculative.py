@@ -8,110 +8,230 @@ K the lookahead, x̃ a draft token. Leviathan et al. (2022) swap the letters: th
 Positions: the paper counts tokens from 1 (x_1 .. x_n); the code's lists and KV-cache positions count from 0,
 so the paper's x_n is x[n - 1] and sits at cache position n - 1.
 
-Where the work runs: each model call, with the logits-to-probabilities step (sampling.Sampling), is one
-compiled call on tinygrad's device (Metal, CUDA or the CPU), whose probability vectors are copied to the host
-once. The draws and the K accept/reject decisions are taken there in float64 NumPy with one seeded generator.
+Where the work runs: all of Algorithm 2 runs on tinygrad's device (Metal, CUDA or the CPU), as Tensor code
+compiled once: a round (the draft's K steps, the target's K+1 rows, the K accept/reject tests, the residual or
+bonus draw) is one compiled call, and the host reads back a few numbers: the emitted tokens, how many drafts
+were accepted, and a flag for non-finite probabilities. Algorithm 1 is one compiled call per token, with its
+draw on the device too. reference.py holds the same round in float64 NumPy, to read and to walk by hand.
 
-What "exact" means here: the tokens follow the target's distribution q exactly as the device computes it, in
-float32 (each row sums to 1 within float32 rounding, about 1e-6). Algorithm 2 adds no error of its own:
-every draw and every test r < q/p is made in float64 on those same float32 numbers, so its output has the
-law that Algorithm 1 would sample from those same q (Theorem 1).
-A float16 model computes another q, close to the float32 one.
+What "exact" means here: the tokens follow the target's distribution q as the device computes it (float32
+probabilities, each row normalised within float32 rounding; float16 models compute another q, close to it).
+Each draw is an inverse CDF on integers: the weights become int64 counts of 2^-38 of their total (rounded to
+nearest, from a float32 product: relative error 2^-24), whose running sums are exact, and a 48-bit uniform
+picks one count exactly. So a token of probability w under the weights is drawn with probability
+w·(1 ± 2^-23) ± 2^-37. Each accept test r·p(x̃) < q(x̃) takes r on a grid of 2^-24 in (0, 1) and one
+float32 product, so it accepts with probability min(1, q/p) ± 2^-23. The random bits come from tinygrad's threefry
+generator keyed by (seed, round), so the same seed gives the same tokens on the same device, run after run.
 """
 from __future__ import annotations
-import time
+import hashlib, pathlib, time
 from dataclasses import dataclass
 from typing import Callable
 import numpy as np
-from gpt2 import BLOCK, GPT2, MAX_ROWS
-from sampling import Sampling, sample
+from tinygrad import Device, Tensor, UOp, Variable, dtypes
+from gpt2 import BLOCK, GPT2, MAX_ROWS, Compiled
+from sampling import Sampling
 
 EOT = 50256  # GPT-2's <|endoftext|>
+SEED_MAX = 2**31 - 1  # seeds and round counters enter compiled calls as Variables of this range
+# what a compiled round's kernels depend on besides the models' own (gpt2.SOURCE): this file
+SOURCE = hashlib.sha256(pathlib.Path(__file__).read_bytes()).hexdigest()[:16]
 
-def next_probs(model: GPT2, tokens: list[int], start_pos: int, n_out: int, sampling: Sampling,
-               rows: int = BLOCK) -> np.ndarray:
-  """Feed tokens at start_pos .. into model (writing its KV cache), in compiled steps of `rows` rows; the
-  (n_out, V) distributions after the last n_out of them, in float64 on the host."""
-  probs = model(tokens, start_pos, last=n_out, head=sampling, rows=rows).astype(np.float64)
-  # a NaN would make every draw meaningless (tinygrad's own multinomial silently returns token 0):
-  # refuse it here
-  if not np.isfinite(probs).all():
-    raise FloatingPointError("The model produced NaN or infinite probabilities: its weights may be corrupt, "
-                             "so fetch them again.")
-  return probs
+# ***** random numbers and draws, on the device *****
 
-# ***** the math of one step, on probability vectors (on the host) *****
+def random_bits(seed: int | UOp, counter: int | UOp, n: int) -> Tensor:
+  """n random uint32 from tinygrad's threefry generator (the one behind Tensor.rand), keyed by (seed,
+  counter): passed into the compiled call, since Tensor.manual_seed does not reach a captured TinyJit."""
+  key = Tensor.full((1,), seed, dtype=dtypes.uint32).cat(Tensor.full((1,), counter, dtype=dtypes.uint32))
+  half = (n + 1) // 2
+  counts = Tensor.arange(half, dtype=dtypes.uint32)
+  return Tensor._threefry_random_bits(key, counts, counts + half)[:n]
 
-def verify(drafts: list[int], p: np.ndarray, q: np.ndarray,
-           rng: np.random.Generator) -> tuple[list[int], list[str]]:
-  """Algorithm 2's accept/reject loop for one round: K drafts x̃ with their draft distributions p (K, V) and
-  the target's K+1 distributions q (K+1, V). Returns the emitted tokens and where each came from: 'accepted'
-  (a draft), 'resampled' (from the residual (q - p)+) or 'bonus' (from q after all K were accepted).
+def uniform(bits: Tensor) -> Tensor:
+  """Floats r in (0, 1) from uint32 bits: the top 24 bits and half a step, times 2^-24 (exact in float32)."""
+  return ((bits >> 8).cast(dtypes.float32) + 0.5) * 2.0**-24
+
+def draw(weights: Tensor, bits: Tensor) -> Tensor:
+  """One token per row of weights (..., V) (non-negative, not all zero), by inverse CDF with 48 random bits
+  (..., 2) per row: int32 (...,). The weights become int64 counts whose running sums are exact, so the only
+  error is the float32 rounding of each count (see the module's docstring)."""
+  V, B = weights.shape[-1], 256  # the CDF is walked by blocks of B tokens, then inside the chosen block
+  counts = (weights * (2.0**38 / weights.sum(-1, keepdim=True))).round().cast(dtypes.int64)
+  total = counts.sum(-1, keepdim=True)
+  # u, uniform on 0 .. total-1: floor(R · total / 2^48) for a 48-bit R = 2^24 hi + lo, in 63 bits
+  hi, lo = [(bits[..., i:i + 1] >> 8).cast(dtypes.int64) for i in (0, 1)]
+  u = (hi * total + ((lo * total) >> 24)) >> 24
+  blocks = counts.pad(((0, 0),) * (counts.ndim - 1) + ((0, -V % B),)).reshape(*counts.shape[:-1], -1, B)
+  sums = blocks.sum(-1)
+  block = (sums.cumsum(-1) <= u).sum(-1, keepdim=True)  # the block whose counts hold u
+  index = Tensor.arange(sums.shape[-1])
+  u = u - (index < block).where(sums, 0).sum(-1, keepdim=True)
+  inside = (index == block).unsqueeze(-1).where(blocks, 0).sum(-2).cumsum(-1)
+  return (block.squeeze(-1) * B + (inside <= u).sum(-1)).cast(dtypes.int32)
+
+def row(x: Tensor, i: Tensor) -> Tensor:
+  """Row i[...] of x (..., R, V): (..., V). A masked sum, so a NaN in another row stays out."""
+  mask = Tensor.arange(x.shape[-2]) == i.unsqueeze(-1)
+  return mask.unsqueeze(-1).where(x, 0).sum(-2)
+
+def non_finite(*probs: Tensor) -> Tensor:
+  """1 if any row of any of probs sums to NaN or infinity (corrupt weights), else 0: int32 ()."""
+  sums = Tensor.cat(*[p.sum(-1).flatten() for p in probs])
+  return (sums.isnan() | sums.isinf()).max().cast(dtypes.int32)
+
+# ***** Algorithm 2's lines, as Tensor code *****
+
+def sample_draft(p_t: Tensor, bits: Tensor) -> Tensor:
+  """Algorithm 2: "Sample draft auto-regressively x̃_t ~ p(x|x_1, ..., x_n, x̃_1, ..., x̃_{t-1})"."""
+  return draw(p_t, bits)
+
+def score(target: GPT2, ids: Tensor, start_pos: UOp, sampling: Sampling) -> Tensor:
+  """Algorithm 2: "In parallel, compute K + 1 sets of logits from drafts x̃_1, ..., x̃_K:
+  q(x|x_1, ..., x_n), q(x|x_1, ..., x_n, x̃_1), ..., q(x|x_1, ..., x_n, x̃_1, ..., x̃_K)":
+  one pass of the target on [x_n, x̃_1, ..., x̃_K] from cache position n-1, then the draft's Sampling."""
+  return sampling(target.forward(ids, start_pos))
+
+def accept(r: Tensor, p_x: Tensor, q_x: Tensor) -> Tensor:
+  """Algorithm 2: "if r < min(1, q(x|x_1, ..., x_{n+t-1}) / p(x|x_1, ..., x_{n+t-1}))" as r·p < q: no
+  division, and a draft that the target gives probability 0 is never accepted."""
+  return r * p_x < q_x
+
+def residual(q_t: Tensor, p_t: Tensor) -> Tensor:
+  """Algorithm 2: "sample x_{n+t} ~ (q(x|x_1, ..., x_{n+t-1}) − p(x|x_1, ..., x_{n+t-1}))+": the weights
+  (draw normalises them). They sum to 0 only if p = q up to rounding, and then q is exact."""
+  weights = (q_t - p_t).maximum(0)
+  return (weights.sum(-1, keepdim=True) > 0).where(weights, q_t)
+
+def verify(drafts: Tensor, p: Tensor, q: Tensor, k: int | UOp, bits: Tensor) -> Tensor:
+  """Algorithm 2's accept/reject loop for one round (or a batch of them): drafts x̃ (..., K) int32 drawn
+  from p (..., K, V), the target's q (..., K+1, V), of which the first k drafts count (fewer near the
+  context's end), and K+2 random uint32 (..., K+2). Returns int32 (..., K+2): the K+1 tokens x̃_1 .. x̃_a, x
+  (stale past x), then a, how many drafts were accepted; x is the residual draw after the first rejection,
+  or the bonus from q.
 
   p and q must come from the same Sampling (temperature, top-k, top-p applied alike to both), and then the
-  tokens follow q. At temperature 0 both are one-hot, so this reduces to
-  "accept while the two argmaxes agree, then emit the target's argmax": greedy speculative decoding,
-  which emits exactly Algorithm 1's greedy tokens.
-  With no drafts (a draft that found nothing to propose) it is one ordinary target step, labelled 'target'.
-  """
-  for t, x in enumerate(drafts):
-    # Algorithm 2: "Sample r ~ U[0, 1] from a uniform distribution."
-    r = rng.random()
-    # Algorithm 2: "if r < min(1, q(x|x_1..x_{n+t-1}) / p(x|x_1..x_{n+t-1}))
-    #               then Set x_{n+t} <- x̃_t and n <- n + 1."
-    # Written as r·p < q: no division, and a draft the target gives probability 0 is never accepted.
-    if r * p[t, x] < q[t, x]:
-      continue
-    # Algorithm 2: "sample x_{n+t} ~ (q(x|x_1..x_{n+t-1}) - p(x|x_1..x_{n+t-1}))+ and exit for loop."
-    # The residual is normalised by sample(); it can only sum to 0 if p = q up to rounding,
-    # and then q is exact.
-    residual = np.maximum(q[t] - p[t], 0.0)
-    token = sample(residual if residual.sum() > 0 else q[t], rng)
-    return drafts[:t] + [token], ["accepted"] * t + ["resampled"]
-  # Algorithm 2: "If all tokens x_{n+1}, ..., x_{n+K} are accepted,
-  #               sample extra token x_{n+K+1} ~ q(x|x_1..x_n, x_{n+K})"
-  return (drafts + [sample(q[len(drafts)], rng)],
-          ["accepted"] * len(drafts) + ["bonus" if drafts else "target"])
+  tokens follow q. At temperature 0 both are one-hot, so this accepts while the two argmaxes agree and then
+  emits the target's argmax: exactly Algorithm 1's greedy tokens."""
+  K = drafts.shape[-1]
+  t = Tensor.arange(K)
+  # Algorithm 2: "for t = 1 : K do: Sample r ~ U[0, 1] from a uniform distribution."
+  r = uniform(bits[..., :K])
+  p_x = p.gather(-1, drafts.unsqueeze(-1)).squeeze(-1)
+  q_x = q[..., :K, :].gather(-1, drafts.unsqueeze(-1)).squeeze(-1)
+  # "if r < min(1, q/p) then Set x_{n+t} <- x̃_t and n <- n + 1. else ... exit for loop": the loop stops at
+  # the first rejection, so a = the index of the first draft rejected (or k if none is)
+  accepted = accept(r, p_x, q_x) & (t < k)
+  a = (~accepted).where(t, K).min(-1)
+  # after a rejection (a < k): "sample x_{n+t} ~ (q − p)+ and exit for loop"; after all k were accepted:
+  # "If all tokens x_{n+1}, ..., x_{n+K} are accepted,
+  #  sample extra token x_{n+K+1} ~ q(x|x_1, ..., x_n, x_{n+K})" (q's row a, and no p to take away)
+  p_a = (a < k).unsqueeze(-1).where(row(p, a.minimum(K - 1)), 0)
+  x = draw(residual(row(q, a), p_a), bits[..., K:K + 2])
+  # the round's tokens: x̃_1 .. x̃_a, then x (what follows x is never read)
+  x = x.unsqueeze(-1)
+  tokens = (Tensor.arange(K + 1) == a.unsqueeze(-1)).where(x, drafts.cat(x, dim=-1))
+  return tokens.cat(a.unsqueeze(-1), dim=-1).cast(dtypes.int32)
 
-def one_hot(drafts: list[int], V: int) -> np.ndarray:
-  """The distributions p (K, V) of a deterministic draft: all the mass on each x̃.
+# ***** one compiled call per round (and per token for Algorithm 1) *****
 
-  Then Algorithm 2's test r < min(1, q(x̃)/p(x̃)) reads r < q(x̃): x̃ is accepted with probability q(x̃);
-  and the residual (q - p)+ is q with x̃ removed (renormalised by sample):
-  after a rejection, any token but x̃, as q says.
-  """
-  p = np.zeros((len(drafts), V))
-  p[np.arange(len(drafts)), drafts] = 1.0
-  return p
+def propose(draft: GPT2, last_two: Tensor, start: UOp, j: UOp, K: int, sampling: Sampling,
+            bits: Tensor) -> tuple[Tensor, Tensor]:
+  """The draft's K steps of a round: x̃ (K,) int32 and p (K, V). Its first step feeds the last two tokens of
+  x from cache position start (it may lack both: after an all-accept round it never fed x̃_K) and reads row
+  j (1; 0 when x is one token, fed twice); each later step feeds the x̃ drawn before it."""
+  drafts, p, ids, rows = [], [], last_two, Tensor.full((1,), j, dtype=dtypes.int32)
+  for t in range(K):
+    p.append(sampling(draft.forward(ids, start + j + t if t else start))[rows])
+    drafts.append(sample_draft(p[-1], bits[2 * t:2 * t + 2].reshape(1, 2)))
+    # realized step by step inside the compiled call: the same kernels, but scheduled as K small graphs, which
+    # tinygrad compiles several times faster than one graph of K steps
+    Tensor.realize(p[-1], drafts[-1])
+    ids, rows = drafts[-1], Tensor.zeros(1, dtype=dtypes.int32)
+  return Tensor.cat(*drafts), Tensor.cat(*p)
 
-# ***** drafts: where x̃ and p come from *****
+def one_hot(drafts: Tensor, V: int) -> Tensor:
+  """The distributions p (K, V) of a deterministic draft: all the mass on each x̃. Then the test
+  r < min(1, q(x̃)/p(x̃)) reads r < q(x̃), and the residual (q - p)+ is q with x̃ removed."""
+  return (Tensor.arange(V) == drafts.unsqueeze(-1)).float()
 
-class ModelDraft:
-  """The paper's draft: a smaller model p, sampled auto-regressively, one call per draft token,
-  with its KV cache. Its calls of several tokens (the prompt, a catch-up) run in blocks of `rows`."""
-  def __init__(self, model: GPT2, rows: int = BLOCK):
-    self.model, self.rows = model, rows
-    self.cached = 0  # how many leading tokens of x the draft's KV cache holds; the rest is stale
+def bound(name: str, top: int) -> UOp:
+  return Variable(name, 0, top)
 
-  def propose(self, x: list[int], k: int, sampling: Sampling,
-              rng: np.random.Generator) -> tuple[list[int], np.ndarray]:
-    """k draft tokens x̃ to follow x, and the distributions p (k, V) they were drawn from."""
-    # Algorithm 2: "for t = 1 : K do:
-    #               Sample draft auto-regressively x̃_t ~ p(x|x_1, ..., x_n, x̃_1, ..., x̃_{t-1})"
-    # The draft first catches up on the tokens its cache lacks: the prompt, the token emitted last round, and
-    # after an all-accept round also x̃_K, which it drafted but never fed.
-    drafts, p, feed = [], [], x[self.cached:]
-    for _ in range(k):
-      p.append(next_probs(self.model, feed, self.cached, 1, sampling, self.rows)[0])
-      self.cached += len(feed)
-      drafts.append(sample(p[-1], rng))
-      feed = drafts[-1:]
-    return drafts, np.stack(p)
+def model_round(target: GPT2, draft: GPT2, K: int, sampling: Sampling) -> Compiled:
+  """Algorithm 2's round with a model draft, compiled: Variables (start, j, x_{n-1}, x_n, k, seed, round)
+  with start = n-2 (0 when n = 1) and j = n-1-start; result int32 (K+3,): the round's tokens, a, NaN flag."""
+  n_ctx, V = min(target.config.n_ctx, draft.config.n_ctx), target.config.vocab_size
+  def build(searched: bool) -> tuple[Callable[..., Tensor], list[UOp]]:
+    def run(start: UOp, j: UOp, before: UOp, last: UOp, k: UOp, seed: UOp, counter: UOp) -> Tensor:
+      bits = random_bits(seed, counter, 3 * K + 2).realize()  # realized once, or each use would recompute it
+      ids = Tensor.stack(*[Tensor.full((), v, dtype=dtypes.int32) for v in (before, last)])
+      drafts, p = propose(draft, ids, start, j, K, sampling, bits[K + 2:])
+      q = score(target, ids[1:].cat(drafts), start + j, sampling).realize()
+      return verify(drafts, p, q, k, bits[:K + 2]).cat(non_finite(p, q).reshape(1)).contiguous()
+    variables = [bound("start", n_ctx - 2), bound("j", 1), bound("before", V - 1), bound("last", V - 1),
+                 bound("k", K), bound("seed", SEED_MAX), bound("round", SEED_MAX)]
+    return run, variables
+  name = f"a round: {draft.config.n_layer}-layer draft, {target.config.n_layer}-layer target, K={K}"
+  signature = f"round|{target.signature()}|{draft.signature()}|K={K}|{sampling!r}|{SOURCE}"
+  return Compiled(name, signature, target.search, build)
 
-  def keep(self, n: int) -> None:
-    """Roll back to the first n tokens of x: cache entries past them are stale, overwritten before
-    they are read."""
-    self.cached = min(self.cached, n)
+def lookup_round(target: GPT2, K: int, sampling: Sampling) -> Compiled:
+  """Algorithm 2's round with drafts known on the host (prompt lookup), compiled: Variables (x_n,
+  x̃_1..x̃_K, k, seed, round, n-1); result int32 (K+3,) as model_round's."""
+  n_ctx, V = target.config.n_ctx, target.config.vocab_size
+  def build(searched: bool) -> tuple[Callable[..., Tensor], list[UOp]]:
+    def run(last: UOp, *rest: UOp) -> Tensor:
+      *given, k, seed, counter, start = rest
+      drafts = Tensor.stack(*[Tensor.full((), v, dtype=dtypes.int32) for v in given])
+      q = score(target, Tensor.full((1,), last, dtype=dtypes.int32).cat(drafts), start, sampling)
+      out = verify(drafts, one_hot(drafts, V), q, k, random_bits(seed, counter, K + 2))
+      return out.cat(non_finite(q).reshape(1)).contiguous()
+    variables = [bound("last", V - 1), *[bound(f"draft{t}", V - 1) for t in range(K)], bound("k", K),
+                 bound("seed", SEED_MAX), bound("round", SEED_MAX), bound("start", n_ctx - 1)]
+    return run, variables
+  name = f"a lookup round: {target.config.n_layer}-layer target, K={K}"
+  return Compiled(name, f"lookup|{target.signature()}|K={K}|{sampling!r}|{SOURCE}", target.search, build)
+
+def token_step(target: GPT2, sampling: Sampling) -> Compiled:
+  """Algorithm 1's step, compiled: Variables (x_n, seed, round, n-1); result int32 (2,): x_{n+1} drawn from
+  q(x|x_1, ..., x_n) on the device, and the NaN flag."""
+  n_ctx, V = target.config.n_ctx, target.config.vocab_size
+  def build(searched: bool) -> tuple[Callable[..., Tensor], list[UOp]]:
+    def run(last: UOp, seed: UOp, counter: UOp, start: UOp) -> Tensor:
+      q = score(target, Tensor.full((1,), last, dtype=dtypes.int32), start, sampling)
+      return draw(q, random_bits(seed, counter, 2).reshape(1, 2)).cat(non_finite(q).reshape(1)).contiguous()
+    variables = [bound("last", V - 1), bound("seed", SEED_MAX), bound("round", SEED_MAX),
+                 bound("start", n_ctx - 1)]
+    return run, variables
+  name = f"a token: {target.config.n_layer}-layer target"
+  return Compiled(name, f"token|{target.signature()}|{sampling!r}|{SOURCE}", target.search, build)
+
+def compiled(target: GPT2, kind: Callable[..., Compiled], *args) -> Compiled:
+  """The compiled call kind(target, *args), made on first use and kept in target.rounds, so that every run
+  with the same models and settings replays it, and it goes when the target goes."""
+  calls = target.rounds
+  if (kind, *args) not in calls:
+    target.make_cache()
+    for model in args:
+      if isinstance(model, GPT2):
+        model.make_cache()
+    calls[(kind, *args)] = kind(target, *args)
+  return calls[(kind, *args)]
+
+def run_call(call: Compiled, values: list[int], stats: Stats) -> np.ndarray:
+  """Launch one compiled call and read its few numbers; refuse non-finite probabilities (corrupt weights)."""
+  start = time.perf_counter()
+  out = call(*values)
+  launched = time.perf_counter()
+  result = call.to_host(out)
+  stats.compiled_calls, stats.host_time = stats.compiled_calls + 1, stats.host_time + launched - start
+  stats.round_time += time.perf_counter() - start
+  if result[-1]:
+    raise FloatingPointError("The model produced NaN or infinite probabilities: its weights may be corrupt, "
+                             "so fetch them again.")
+  return result
+
+# ***** drafts: where x̃ comes from *****
 
 class NgramDraft:
   """Prompt lookup: a draft that is no model.
@@ -127,35 +247,36 @@ class NgramDraft:
       raise ValueError(f"The n-gram length is {max_n}: it must be at least 1.")
     self.max_n = max_n
 
-  def propose(self, x: list[int], k: int, sampling: Sampling,
-              rng: np.random.Generator) -> tuple[list[int], None]:
-    """Up to k tokens x̃ that followed the latest earlier match of x's last n tokens;
-    p None: one-hot at each x̃."""
+  def propose(self, x: list[int], k: int) -> list[int]:
+    """Up to k tokens x̃ that followed the latest earlier match of x's last n tokens."""
     for n in range(min(self.max_n, len(x) - 1), 0, -1):
       for start in range(len(x) - n - 1, -1, -1):  # latest first, and at least one token after the match
         if x[start:start + n] == x[-n:]:
-          return x[start + n:start + n + k], None
-    return [], None
-
-  def keep(self, n: int) -> None:
-    """Nothing to roll back: the draft holds no state."""
-
-Draft = ModelDraft | NgramDraft
+          return x[start + n:start + n + k]
+    return []
 
 # ***** what a run measures, and what the paper predicts from it *****
 
 @dataclass
 class Stats:
+  """What a run measured. A round is one compiled call, so the draft's and the target's shares of it cannot be
+  timed inside it: draft_call_time and target_call_time are each step timed alone (time_steps), filled in by
+  whoever timed them (the CLI, bench.py), except for prompt lookup and Algorithm 1, which time their own."""
   new_tokens: int = 0
-  target_calls: int = 0
-  drafted: int = 0          # draft tokens proposed
-  accepted: int = 0         # drafts that passed r < q(x̃)/p(x̃)
-  rejected: int = 0         # drafts that failed it: each ends its round, so the drafts after it
-                            # are never checked
-  target_time: float = 0.0  # seconds in the target's calls (including the copy of q to the host)
-  draft_time: float = 0.0   # seconds spent drafting: the draft model's calls, or an n-gram lookup
+  target_calls: int = 0      # target passes after the prompt: one per round (per token in Algorithm 1)
+  drafted: int = 0           # draft tokens proposed
+  accepted: int = 0          # drafts that passed r < q(x̃)/p(x̃)
+  rejected: int = 0          # drafts that failed it: each ends its round, so the drafts after it
+                             # are never checked
+  compiled_calls: int = 0    # compiled calls launched after the prompt
+  round_time: float = 0.0    # seconds in them, from each launch until its numbers were read on the host
+  host_time: float = 0.0     # seconds until each launch returned: on CUDA or Metal, the host's own work
+  draft_call_time: float = float("nan")   # seconds to draft one token: one draft step timed alone, or a
+                                          # share of prompt lookup's host work
+  target_call_time: float = float("nan")  # seconds of one target step of K+1 rows timed alone; for
+                                          # Algorithm 1, its whole call (pass and draw)
   total_time: float = 0.0
-  stopped_by: str = ""      # "max-new-tokens", "end-of-text" or "the context": what ended the run
+  stopped_by: str = ""       # "max-new-tokens", "end-of-text" or "the context": what ended the run
 
   @property
   def acceptance_rate(self) -> float:
@@ -178,13 +299,9 @@ class Stats:
     return self.drafted / max(self.target_calls, 1)
 
   @property
-  def draft_call_time(self) -> float:
-    """Seconds to draft one token: one call of a draft model; a share of a lookup for the n-gram draft."""
-    return self.draft_time / max(self.drafted, 1)
-
-  @property
-  def target_call_time(self) -> float:
-    return self.target_time / max(self.target_calls, 1)
+  def round_call_time(self) -> float:
+    """Seconds per compiled call: a whole round of Algorithm 2 (a token of Algorithm 1), read included."""
+    return self.round_time / max(self.compiled_calls, 1)
 
   @property
   def cost_ratio(self) -> float:
@@ -206,7 +323,7 @@ def predicted_speedup(alpha: float, K: float, c: float) -> float:
 
 # ***** whole generations *****
 
-def check_run(models: list[GPT2], prompt_tokens: list[int], max_new_tokens: int) -> None:
+def check_run(models: list[GPT2], prompt_tokens: list[int], max_new_tokens: int, seed: int = 0) -> None:
   """Raise ValueError with one sentence if the models cannot continue this prompt together."""
   n_ctx, vocab = min(m.config.n_ctx for m in models), models[0].config.vocab_size
   if any(m.config.vocab_size != vocab for m in models):
@@ -221,6 +338,11 @@ def check_run(models: list[GPT2], prompt_tokens: list[int], max_new_tokens: int)
     raise ValueError(f"The prompt has token ids outside the vocabulary of {vocab}.")
   if max_new_tokens < 1:
     raise ValueError(f"max-new-tokens is {max_new_tokens}: it must be at least 1.")
+  check_seed(seed)
+
+def check_seed(seed: int) -> None:
+  if not 0 <= seed <= SEED_MAX:
+    raise ValueError(f"The seed is {seed}: it must be in 0..{SEED_MAX}.")
 
 def stop_reason(x: list[int], n_prompt: int, max_new_tokens: int, n_ctx: int, eos: int | None) -> str:
   """Why generation must stop now, or "" to go on: the paper's "while n < T", plus end-of-text
@@ -231,81 +353,93 @@ def stop_reason(x: list[int], n_prompt: int, max_new_tokens: int, n_ctx: int, eo
     return "end-of-text"
   return "the context" if len(x) >= n_ctx else ""
 
-def timed(fn: Callable, *args) -> tuple[np.ndarray, float]:
-  start = time.perf_counter()
-  return fn(*args), time.perf_counter() - start
 
 Stream = Callable[[list[int], list[str]], None]  # called with each batch of new tokens and where
                                                  # each came from
+
+def prefill(model: GPT2, tokens: list[int], sampling: Sampling, rows: int) -> None:
+  """Feed a prompt's tokens into model's KV cache, in compiled steps of `rows` rows (their results unread)."""
+  if not tokens:
+    return
+  model.make_cache()
+  step = model.step(rows if len(tokens) > 1 else 1, sampling)
+  for b in range(0, len(tokens), rows):
+    step(b, *tokens[b:b + rows])
 
 def autoregressive_sample(model: GPT2, prompt_tokens: list[int], max_new_tokens: int, *,
                           temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, seed: int = 0,
                           eos: int | None = EOT, stream: Stream | None = None,
                           rows: int = BLOCK) -> tuple[list[int], Stats]:
-  """Algorithm 1: sample max_new_tokens tokens from the model one forward pass at a time (with its KV cache).
+  """Algorithm 1: sample max_new_tokens tokens from the model one forward pass at a time (with its KV cache),
+  each pass and its draw one compiled call on the device.
 
   Stops early at eos or when the context is full. Returns the new tokens and the Stats. The prompt goes in
   blocks of `rows` tokens (K+1 beside Algorithm 2, to replay its compiled step).
   """
   sampling = Sampling(temperature, top_k, top_p)
-  check_run([model], prompt_tokens, max_new_tokens)
-  rng, stats, start = np.random.default_rng(seed), Stats(), time.perf_counter()
-  x, cached = list(prompt_tokens), 0  # cached: how many leading tokens of x the KV cache holds
+  check_run([model], prompt_tokens, max_new_tokens, seed)
+  stats, start, x = Stats(), time.perf_counter(), list(prompt_tokens)
+  prefill(model, x[:-1], sampling, rows)
+  step = compiled(model, token_step, sampling)
   # Algorithm 1: "while n < T do"
   while not (stopped_by := stop_reason(x, len(prompt_tokens), max_new_tokens, model.config.n_ctx, eos)):
-    # Algorithm 1: "Sample x_{n+1} ~ q(x|x_1, ..., x_n)" and "n <- n + 1"
-    q, dt = timed(next_probs, model, x[cached:], cached, 1, sampling, rows)
-    stats.target_calls, stats.target_time, cached = stats.target_calls + 1, stats.target_time + dt, len(x)
-    x.append(sample(q[0], rng))
+    # Algorithm 1: "Sample x_{n+1} ~ q(x|x_1, ..., x_n)" and "n <- n + 1", on the device
+    x.append(int(run_call(step, [x[-1], seed, stats.target_calls, len(x) - 1], stats)[0]))
+    stats.target_calls += 1
     if stream:
       stream(x[-1:], ["target"])
   stats.new_tokens, stats.total_time = len(x) - len(prompt_tokens), time.perf_counter() - start
-  stats.stopped_by = stopped_by
+  stats.stopped_by, stats.target_call_time = stopped_by, stats.round_call_time
   return x[len(prompt_tokens):], stats
 
-def speculative_sample(target: GPT2, draft: GPT2 | Draft, prompt_tokens: list[int], max_new_tokens: int,
+def speculative_sample(target: GPT2, draft: GPT2 | NgramDraft, prompt_tokens: list[int], max_new_tokens: int,
                        *, K: int = 4, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
                        seed: int = 0, eos: int | None = EOT,
                        stream: Stream | None = None) -> tuple[list[int], list[str], Stats]:
   """Algorithm 2: sample max_new_tokens tokens from the target q, drafting K at a time with the draft p: a
-  smaller GPT-2, or any draft object such as NgramDraft.
+  smaller GPT-2, or NgramDraft (prompt lookup). Each round is one compiled call on the device.
 
   The tokens follow the target's distribution exactly (the paper's Theorem 1). Stops early at eos or when the
-  context is full. Returns the new tokens, where each came from (see verify), and the Stats.
+  context is full. Returns the new tokens, where each came from ('accepted', 'resampled' from (q - p)+,
+  'bonus', or 'target' for a plain target step where the draft proposed nothing), and the Stats.
   """
   sampling = Sampling(temperature, top_k, top_p)
   if not 1 <= K < MAX_ROWS:
     raise ValueError(f"K (the lookahead) is {K}: it must be in 1..{MAX_ROWS - 1}.")
-  # every call of several tokens runs in steps of K+1 rows: the target's rounds, a prompt, a draft's catch-up
-  draft = ModelDraft(draft, K + 1) if isinstance(draft, GPT2) else draft
-  models = [target] + ([draft.model] if isinstance(draft, ModelDraft) else [])
-  check_run(models, prompt_tokens, max_new_tokens)
-  rng, stats, start = np.random.default_rng(seed), Stats(), time.perf_counter()
+  models = [target] + ([draft] if isinstance(draft, GPT2) else [])
+  check_run(models, prompt_tokens, max_new_tokens, seed)
+  stats, start, lookup_time = Stats(), time.perf_counter(), 0.0
   n_ctx, n_prompt = min(m.config.n_ctx for m in models), len(prompt_tokens)
   x, origins = list(prompt_tokens), []
-  target_cached = 0  # how many leading tokens of x the target's KV cache holds; the rest is stale
+  # every round feeds the target from x_n (cache position n-1) and a model draft from x_{n-1}: the prompt
+  # before those goes into their caches first, in steps of K+1 rows
+  prefill(target, x[:-1], sampling, K + 1)
+  if isinstance(draft, GPT2):
+    prefill(draft, x[:-2], sampling, K + 1)
   # Algorithm 2: "while n < T do"
   while not (stopped_by := stop_reason(x, n_prompt, max_new_tokens, n_ctx, eos)):
-    n, k = len(x), min(K, n_ctx - len(x))  # near the end of the context, draft fewer so the target's
-                                           # K+1 positions fit
-    # Algorithm 2: "for t = 1 : K do:
-    #               Sample draft auto-regressively x̃_t ~ p(x|x_1, ..., x_n, x̃_1, ..., x̃_{t-1})"
-    (drafts, p), dt = timed(draft.propose, x, k, sampling, rng)
-    stats.drafted, stats.draft_time = stats.drafted + len(drafts), stats.draft_time + dt
-    # Algorithm 2: "In parallel, compute K + 1 sets of logits from drafts x̃_1, ..., x̃_K:
-    #          q(x|x_1, ..., x_n), q(x|x_1, ..., x_n, x̃_1), ..., q(x|x_1, ..., x_n, x̃_1, ..., x̃_K)"
-    # One call on [x_n, x̃_1, ..., x̃_K] from cache position n-1 (plus whatever the target's cache lacks).
-    q, dt = timed(next_probs, target, x[target_cached:] + drafts, target_cached, len(drafts) + 1, sampling,
-                  K + 1)
-    stats.target_calls, stats.target_time = stats.target_calls + 1, stats.target_time + dt
-    # Algorithm 2: "for t = 1 : K do" accept or reject each draft, then the bonus token (see verify)
-    new, came_from = verify(drafts, one_hot(drafts, q.shape[1]) if p is None else p, q, rng)
-    stats.accepted += len(new) - 1
-    stats.rejected += came_from[-1] == "resampled"
-    # Roll back: both caches keep x_1..x_n and the accepted drafts;
-    # what they hold past that is overwritten next round.
-    target_cached = n + len(new) - 1
-    draft.keep(n + len(new) - 1)
+    n, k = len(x), min(K, n_ctx - len(x))  # near the end of the context, fewer drafts count: the target's
+                                           # K+1 positions still fit in its cache's spare rows
+    if isinstance(draft, GPT2):
+      start = max(n - 2, 0)  # the draft re-feeds x_{n-1} and x_n (x_1 twice when n = 1)
+      out = run_call(compiled(target, model_round, draft, K, sampling),
+                     [start, n - 1 - start, x[start], x[-1], k, seed, stats.target_calls], stats)
+    else:
+      lookup = time.perf_counter()
+      drafts = draft.propose(x, k)
+      k, lookup_time = len(drafts), lookup_time + time.perf_counter() - lookup
+      if k:
+        out = run_call(compiled(target, lookup_round, K, sampling),
+                       [x[-1], *drafts, *[0] * (K - k), k, seed, stats.target_calls, n - 1], stats)
+      else:  # nothing to propose: one plain target step
+        out = np.array([*run_call(compiled(target, token_step, sampling), [x[-1], seed, stats.target_calls,
+                                                                           n - 1], stats)[:1], 0, 0])
+    stats.target_calls += 1
+    a = int(out[K + 1]) if k else 0
+    new = [int(t) for t in out[:a + 1]] if k else [int(out[0])]
+    came_from = ["accepted"] * a + ["resampled" if a < k else "bonus" if k else "target"]
+    stats.drafted, stats.accepted = stats.drafted + k, stats.accepted + a
+    stats.rejected += a < k
     # Never overshoot: stop at max_new_tokens, at the end of the context,
     # and at eos even inside an accepted run.
     new = new[:min(max_new_tokens - (n - n_prompt), n_ctx - n)]
@@ -317,7 +451,21 @@ def speculative_sample(target: GPT2, draft: GPT2 | Draft, prompt_tokens: list[in
       stream(new, came_from[:len(new)])
   stats.new_tokens, stats.total_time = len(x) - n_prompt, time.perf_counter() - start
   stats.stopped_by = stopped_by
+  if isinstance(draft, NgramDraft):
+    stats.draft_call_time = lookup_time / max(stats.drafted, 1)
   return x[n_prompt:], origins, stats
+
+def time_step(model: GPT2, rows: int, sampling: Sampling, reps: int = 5) -> float:
+  """Seconds of one compiled step of `rows` rows alone (median of reps replays, compiled first, waiting for
+  the device): what c and t(K+1)/t(1) are computed from, since a fused round cannot time its parts."""
+  model.make_cache()
+  step, times = model.step(rows, sampling), []
+  for _ in range(reps + 2):  # the first two compile and capture
+    begin = time.perf_counter()
+    step(0, *[0] * rows)
+    Device[model.wte.weight.device].synchronize()
+    times.append(time.perf_counter() - begin)
+  return float(np.median(times[2:]))
 
 if __name__ == "__main__":
   import sys

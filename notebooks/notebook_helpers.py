@@ -10,13 +10,14 @@ good draft does.
 from __future__ import annotations
 import codecs, html, pathlib, sys
 import matplotlib.pyplot as plt
+import numpy as np
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
   sys.path.insert(0, str(REPO))
 from tinygrad.nn.state import get_parameters  # noqa: E402
 from gpt2 import GPT2  # noqa: E402
-from speculative import EOT  # noqa: E402
+from speculative import EOT, random_bits  # noqa: E402
 from weights import load_model, random_model  # noqa: E402
 
 TINY_SHAPE = "2,2,32"  # n_layer, n_head, n_embd: a toy body on GPT-2's vocabulary and context
@@ -56,6 +57,27 @@ def load_models(models: str, draft_scales: tuple[float, ...] = (0.94,)) -> tuple
   if models != "tiny":
     raise ValueError(f'MODELS is {models!r}: use "demo", "tiny" or "gpt2".')
   return tiny_model(), {f"tiny draft, weights × {s}": tiny_model(s) for s in draft_scales}
+
+class Uniforms:
+  """A stand-in for NumPy's generator in reference.sample and reference.verify: each .random() returns the next
+  of the given numbers. With the uniforms of round_uniforms, a round walked on the host with reference.py
+  makes the tokens that speculative_sample's compiled round makes on the device (up to float rounding at a
+  boundary, about one draw in ten million)."""
+  def __init__(self, *numbers: float):
+    self.numbers = list(numbers)
+
+  def random(self) -> float:
+    return self.numbers.pop(0)
+
+def round_uniforms(seed: int, counter: int, K: int) -> dict[str, np.ndarray]:
+  """The uniform numbers of round `counter` of speculative_sample(..., seed=seed) with a model draft, as the
+  device uses them: its 3K + 2 random uint32 (speculative.random_bits) become the K accept-test r's
+  ("r", as speculative.uniform makes them: top 24 bits + ½, times 2^-24), the final draw's uniform ("final":
+  the residual or bonus draw, 48 bits as speculative.draw reads them) and one uniform per draft ("drafts")."""
+  bits = random_bits(seed, counter, 3 * K + 2).numpy().astype(np.int64) >> 8  # 24 bits each
+  draw = lambda hi, lo: (hi * 2**24 + lo) / 2**48
+  return {"r": (bits[:K] + 0.5) * 2.0**-24, "final": draw(bits[K], bits[K + 1]),
+          "drafts": np.array([draw(bits[K + 2 + 2 * t], bits[K + 3 + 2 * t]) for t in range(K)])}
 
 def token_text(enc, token: int) -> str:
   """One token as text; a token that is only part of a UTF-8 character shows as its bytes."""

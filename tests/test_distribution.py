@@ -4,10 +4,11 @@ distribution.
     DEV=CPU python -m pytest tests/test_distribution.py -v --durations=0  # about 2.5 minutes on 2 CPU cores
 
 Notation as in the paper and speculative.py: q is the target, p the draft, K the lookahead, x̃ a draft token.
-Part 1 runs speculative.verify alone on hand-made (q, p) pairs; part 2 runs speculative_sample end to end on
+Part 1 runs speculative.verify, the round's accept/reject Tensor code, alone on hand-made (q, p) pairs, many
+rounds in one batch on the device; part 2 runs speculative_sample end to end (one compiled call per round) on
 two tiny random GPT-2s and compares the joint histogram of its first L tokens with the target's exact joint
-distribution, enumerated from the target's own conditionals. Part 3 breaks the sampler on purpose and checks
-that the same test, at the same N, rejects it.
+distribution, enumerated from the target's own conditionals. Part 3 breaks the round's Tensor code on purpose
+before it compiles, and checks that the same test, at the same N, rejects it.
 
 What a failure means. Every seed is fixed, so a run always gives the same p-values. A correct sampler fails a
 part-1 or part-2 test with probability at most 1e-3 per grid (Bonferroni), so a failure after a change to
@@ -21,12 +22,14 @@ import functools, itertools
 from typing import Callable
 import numpy as np, pytest
 from scipy import stats
+from tinygrad import Tensor, dtypes
 from tiny import write_checkpoint
 from weights import load_model
 import speculative
 from gpt2 import GPT2
+from reference import next_probs
 from sampling import Sampling
-from speculative import NgramDraft, next_probs, sample, speculative_sample, verify
+from speculative import NgramDraft, random_bits, speculative_sample
 
 PLAIN = Sampling()
 
@@ -92,24 +95,23 @@ PAIRS = verification_pairs()
 # (expected count >= 5). At the threshold below, an error of 0.02 in β gives a binomial p-value near 1e-8,
 # and the chi-square test has 95% power against a χ² divergence Σ (Δ²/q) of 0.0025 over 5 bins
 # (0.02 of probability moved between two tokens of probability 0.25). The two broken verifys of part 3 are
-# rejected with p < 1e-60. Each pair costs ~0.2 s.
+# rejected with p < 1e-60. The N rounds of a pair run as one batch on the device.
 N_STEP = 20_000
 # Bonferroni: two tests per pair, so the grid's false-alarm rate is <= 1e-3
 ALPHA_STEP = 1e-3 / (2 * len(PAIRS))
+V_STEP = max(len(q) for q, _ in PAIRS.values())  # every pair padded with zeros to this: one set of kernels
 
 def one_step(q: np.ndarray, p: np.ndarray, n: int, seed: int) -> tuple[np.ndarray, int]:
-  """n rounds of verify with K = 1: x̃ ~ p, then accept or resample. The first emitted tokens' counts, and how
-  many x̃ were accepted."""
-  rng = np.random.default_rng(seed)
-  # x̃ ~ p, drawn in one go: the draft's draws are not under test here
-  drafts = rng.choice(len(p), size=n, p=p)
+  """n rounds of speculative.verify with K = 1, in one batch on the device: x̃ ~ p, then accept or resample.
+  The first emitted tokens' counts, and how many x̃ were accepted."""
+  rng, V = np.random.default_rng(seed), len(q)
+  # x̃ ~ p, drawn in one go on the host: the draft's draws are not under test here
+  drafts = rng.choice(V, size=(n, 1), p=p).astype(np.int32)
+  pad = lambda rows: np.pad(np.atleast_2d(rows), ((0, 0), (0, V_STEP - V))).astype(np.float32)
   # K + 1 = 2 target rows: q for x̃, and a bonus distribution for after an accept (deliberately unlike q)
-  q_rows, counts, accepted = np.stack([q, q[::-1]]), np.zeros(len(q), dtype=np.int64), 0
-  for x in drafts:
-    new, came_from = speculative.verify([int(x)], p[None], q_rows, rng)
-    counts[new[0]] += 1
-    accepted += came_from[0] == "accepted"
-  return counts, accepted
+  p_rows, q_rows = Tensor(pad(p)).expand(n, 1, V_STEP), Tensor(pad(np.stack([q, q[::-1]]))).expand(n, 2, V_STEP)
+  out = speculative.verify(Tensor(drafts), p_rows, q_rows, 1, random_bits(seed, 0, 3 * n).reshape(n, 3)).numpy()
+  return np.bincount(out[:, 0], minlength=V)[:V], int((out[:, -1] == 1).sum())
 
 def step_pvalues(q: np.ndarray, p: np.ndarray, seed: int = 0) -> tuple[float, float]:
   """The chi-square p-value of the emitted token against q, and the binomial p-value of the acceptances
@@ -221,72 +223,57 @@ def test_speculative_sample_keeps_the_targets_distribution(models: tuple[GPT2, G
   assert pvalue > ALPHA_JOINT, f"p = {pvalue:.2e}; paths seen: {paths}"
 
 # ***** part 3: broken samplers (negative controls) that the same tests must reject *****
-# Each function below installs one bug by monkeypatching speculative.py's verify, sample or next_probs, which
-# speculative_sample looks up at call time. The test then runs unchanged, at the same N, and must give
-# p < 1e-6.
+# Each function below installs one bug by monkeypatching one of speculative.py's Tensor functions (accept,
+# residual, sample_draft, score), which the round calls while it is being compiled; broken() gives the bug a
+# fresh cache of compiled calls, so the round compiles with it (and the correct ones come back after the test).
+# The test then runs unchanged, at the same N, and must give p < 1e-6.
 #
-# Two bugs are missing on purpose, because no distribution test can see them: they are exact, only slower.
+# Some bugs are missing on purpose, because no distribution test can see them: they are exact, only slower.
 # Dropping the bonus token (emit x̃_1..x̃_K after an all-accept round, and draw the next token in a new round)
 # still emits each token from q given its prefix (tried: p = 0.46 at K=2; part 2's path check fails on it
 # instead, as no round ends with a bonus). So does any bug in the draft's cache, since verify scores x̃ with
-# the very p it was drawn from (Theorem 1 holds for any draft).
+# the very p it was drawn from (Theorem 1 holds for any draft). The target's rollback (once a control here:
+# a cache that kept a rejected draft) can no longer go wrong that way: every round feeds the target from x_n,
+# the last emitted token, and test_gpt2.py checks that the cache is exact under rollback.
+
+def broken(monkeypatch: pytest.MonkeyPatch, name: str, fn: Callable, target: GPT2 | None) -> None:
+  """Replace speculative.<name> with fn for this test, and start the target with no compiled rounds."""
+  monkeypatch.setattr(speculative, name, fn)
+  if target is not None:
+    monkeypatch.setattr(target, "rounds", {})
 
 def accept_every_draft(monkeypatch: pytest.MonkeyPatch, target: GPT2 | None, draft: GPT2 | None) -> None:
-  """verify without the test r < q(x̃)/p(x̃): every x̃ is kept, so the output follows the draft p."""
-  def broken(drafts, p, q, rng):
-    return drafts + [sample(q[len(drafts)], rng)], ["accepted"] * len(drafts) + ["bonus"]
-  monkeypatch.setattr(speculative, "verify", broken)
+  """The round without the test r < q(x̃)/p(x̃): every x̃ is kept, so the output follows the draft p."""
+  broken(monkeypatch, "accept", lambda r, p_x, q_x: r >= 0, target)
 
 def resample_from_q(monkeypatch: pytest.MonkeyPatch, target: GPT2 | None, draft: GPT2 | None) -> None:
   """A rejected x̃ is replaced by a draw from q instead of from (q - p)+: the mass that p and q share is
   emitted twice."""
-  def broken(drafts, p, q, rng):
-    new, came_from = verify(drafts, p, q, rng)
-    if came_from[-1] == "resampled":
-      new[-1] = sample(q[len(new) - 1], rng)
-    return new, came_from
-  monkeypatch.setattr(speculative, "verify", broken)
+  broken(monkeypatch, "residual", lambda q_t, p_t: q_t, target)
+
+def accept_too_often(monkeypatch: pytest.MonkeyPatch, target: GPT2 | None, draft: GPT2 | None) -> None:
+  """The accept test loosened to r·p <= 2·q: drafts the target likes less than the draft does pass too
+  often."""
+  broken(monkeypatch, "accept", lambda r, p_x, q_x: r * p_x <= q_x * 2, target)
 
 def argmax_draft(monkeypatch: pytest.MonkeyPatch, target: GPT2, draft: GPT2) -> None:
-  """The draft proposes its argmax, but verify scores x̃ with the draft's softmax p: x̃ is not drawn from the
-  p it is scored with."""
-  last = {"model": None}
-  def probs(model, *args):
-    last["model"] = model
-    return next_probs(model, *args)
-  # speculative_sample draws x̃ right after each draft forward pass: that draw turns greedy
-  def draw(probs, rng):
-    return int(np.argmax(probs)) if last.pop("model", None) is draft else sample(probs, rng)
-  monkeypatch.setattr(speculative, "next_probs", probs)
-  monkeypatch.setattr(speculative, "sample", draw)
+  """The draft proposes its argmax, but the round scores x̃ with the draft's softmax p: x̃ is not drawn from
+  the p it is scored with."""
+  broken(monkeypatch, "sample_draft", lambda p_t, bits: p_t.argmax(-1).cast(dtypes.int32), target)
 
 def filter_only_the_draft(monkeypatch: pytest.MonkeyPatch, target: GPT2, draft: GPT2) -> None:
   """top-k and top-p are applied to the draft's p but not to the target's q: the output follows the unfiltered
   target."""
-  def probs(model, tokens, start_pos, n_out, settings, rows):
-    return next_probs(model, tokens, start_pos, n_out,
-                      Sampling(settings.temperature) if model is target else settings, rows)
-  monkeypatch.setattr(speculative, "next_probs", probs)
+  broken(monkeypatch, "score", lambda model, ids, start, settings:
+         Sampling(settings.temperature)(model.forward(ids, start)), target)
 
 def score_one_position_late(monkeypatch: pytest.MonkeyPatch, target: GPT2, draft: GPT2) -> None:
   """An off-by-one in the target's rows: x̃_t is checked against q(x|x_1..x_n, x̃_1..x̃_t) instead of
   q(x|x_1..x_n, x̃_1..x̃_{t-1})."""
-  def probs(model, *args):
-    q = next_probs(model, *args)
-    return np.concatenate([q[1:], q[-1:]]) if model is target else q
-  monkeypatch.setattr(speculative, "next_probs", probs)
-
-def keep_the_rejected_draft(monkeypatch: pytest.MonkeyPatch, target: GPT2, draft: GPT2) -> None:
-  """A rollback that keeps the rejected x̃_t in the target's cache, where the resampled token belongs."""
-  cached: list[int] = []  # the token at each position of the target's KV cache
-  def probs(model, tokens, start_pos, n_out, settings, rows):
-    if model is target:
-      if 0 < start_pos < len(cached):
-        # a rollback: its first position is not rewritten
-        tokens = cached[start_pos:start_pos + 1] + tokens[1:]
-      cached[start_pos:] = tokens
-    return next_probs(model, tokens, start_pos, n_out, settings, rows)
-  monkeypatch.setattr(speculative, "next_probs", probs)
+  def late(model, ids, start, settings):
+    q = settings(model.forward(ids, start))
+    return q[1:].cat(q[-1:])
+  broken(monkeypatch, "score", late, target)
 
 Break = Callable[[pytest.MonkeyPatch, GPT2, GPT2], None]
 CONTROLS: dict[str, tuple[Break, str]] = {  # each bug, and the part-2 case whose test must catch it
@@ -295,7 +282,7 @@ CONTROLS: dict[str, tuple[Break, str]] = {  # each bug, and the part-2 case whos
   "argmax draft scored with its softmax": (argmax_draft, "K=2"),
   "top-k on the draft only": (filter_only_the_draft, "K=2, top-k 2"),
   "target scored one position late": (score_one_position_late, "K=2"),
-  "rollback keeps the rejected draft": (keep_the_rejected_draft, "K=2"),
+  "accept on r·p <= 2·q": (accept_too_often, "K=2"),
   # K=4's window is coarse (10 bins): it can still see this
   "target scored one position late, K=4": (score_one_position_late, "K=4"),
 }
@@ -341,6 +328,6 @@ def test_ngram_draft_keeps_the_targets_distribution(models: tuple[GPT2, GPT2]):
 def test_ngram_draft_resampling_from_q_is_caught(models: tuple[GPT2, GPT2], monkeypatch: pytest.MonkeyPatch):
   """The n-gram case's own bug: after a rejection, drawing from q (x̃ included) instead of q with x̃
   removed."""
-  resample_from_q(monkeypatch, None, None)
+  resample_from_q(monkeypatch, models[0], None)
   pvalue, _ = ngram_test(models[0])
   assert pvalue < 1e-6, f"p = {pvalue:.2e}: the test at N = {N_JOINT} no longer sees this bug"

@@ -124,7 +124,7 @@ def searches() -> int:
 
 def test_search_is_never_in_a_call_and_gives_the_same_logits(tmp_path, monkeypatch):
   """The fast path, which the rest of the suite skips (tests/conftest.py). A call never searches: a new step
-  compiles with the default kernels until search_step has searched it, which sends its kernels through
+  compiles with the default kernels until its search() has searched it, which sends its kernels through
   tinygrad's BEAM search and recompiles it with them. Replays search nothing; the searched logits are the
   default kernels' up to float32 rounding; and another model of the same shape then finds the step searched
   (remembered on disk) and compiles it from the cache of searches, searching nothing new."""
@@ -137,8 +137,8 @@ def test_search_is_never_in_a_call_and_gives_the_same_logits(tmp_path, monkeypat
   tokens = [3, 1, 4]
   for _ in range(3):
     logits(model, tokens, 0)
-  assert searches() == 0 and model.unsearched() == [(BLOCK, None)], "a call searched"
-  model.search_step(BLOCK, None)
+  assert searches() == 0 and model.unsearched() == [model.step(BLOCK, None)], "a call searched"
+  model.step(BLOCK, None).search()
   n = searches()
   assert n > 0 and model.unsearched() == [], "search_step searched nothing"
   got = logits(model, tokens, 0)

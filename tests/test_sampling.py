@@ -1,8 +1,10 @@
-"""sampling.py: top-k and top-p found without sorting give exactly the definitions' tokens; sample() draws by
-weight."""
+"""sampling.py: top-k and top-p found without sorting give exactly the definitions' tokens; the draws (on the
+device, speculative.draw; on the host, reference.sample) go by weight and never to a zero."""
 import numpy as np, pytest
 from tinygrad import Tensor
-from sampling import Sampling, largest_reaching, sample
+from reference import sample
+from sampling import Sampling, largest_reaching
+from speculative import draw, random_bits
 
 def reference(logits: np.ndarray, k: int, p: float) -> tuple[np.ndarray, np.ndarray]:
   """The definitions in NumPy, by sorting: top-k keeps logits >= the k-th largest; top-p keeps a token if the
@@ -52,14 +54,39 @@ def test_full_vocabulary_top_k_with_ties():
   got = Sampling(top_k=15)(Tensor(logits)).numpy()
   assert np.array_equal(got > 0, np.broadcast_to(np.arange(50257) < 30, got.shape))
 
-def test_sample_draws_by_weight_and_never_a_zero():
-  rng = np.random.default_rng(0)
+def draws_by_weight(tokens: np.ndarray, weights: np.ndarray) -> None:
+  counts = np.bincount(tokens, minlength=len(weights))
+  assert counts[weights == 0].sum() == 0 and len(counts) == len(weights)
+  expected = len(tokens) * weights / weights.sum()
+  assert np.abs(counts - expected).max() < 6 * np.sqrt(expected.max())  # within 6 standard deviations
+
+def test_draws_go_by_weight_and_never_to_a_zero():
+  """40,000 draws from 1000 weights, every third one zero: on the device (in one batch) and on the host."""
   weights = np.random.default_rng(1).random(1000)
   weights[::3] = 0
-  counts = np.bincount([sample(weights, rng) for _ in range(40_000)], minlength=1000)
-  assert counts[::3].sum() == 0
-  expected = 40_000 * weights / weights.sum()
-  assert np.abs(counts - expected).max() < 6 * np.sqrt(expected.max())  # within 6 standard deviations
+  n = 40_000
+  rows = Tensor(weights.astype(np.float32)).reshape(1, 1000).expand(n, 1000)
+  draws_by_weight(draw(rows, random_bits(5, 0, 2 * n).reshape(n, 2)).numpy(), weights)
+  rng = np.random.default_rng(0)
+  draws_by_weight(np.array([sample(weights, rng) for _ in range(n)]), weights)
+
+def test_a_draw_over_gpt2s_vocabulary_reaches_its_edges():
+  """On GPT-2's 50257 tokens (no whole number of the CDF's blocks of 256): the first and last tokens and those
+  on either side of a block's edge are drawn by weight, and nothing else."""
+  weights = np.zeros(50257)
+  weights[[0, 1, 255, 256, 257, 511, 512, 25000, 50175, 50176, 50255, 50256]] = np.arange(1, 13)
+  n = 600
+  rows = Tensor(weights.astype(np.float32)).reshape(1, -1).expand(n, 50257)
+  draws_by_weight(draw(rows, random_bits(6, 0, 2 * n).reshape(n, 2)).numpy(), weights)
+
+def test_a_draw_control_is_caught():
+  """The same check rejects a draw that ignores the weights' shape (uniform over the nonzero tokens)."""
+  weights = np.random.default_rng(1).random(1000) ** 4
+  weights[::3] = 0  # the same check: its weights, with a uniform draw over their nonzero tokens
+  uniform = (weights > 0).astype(np.float32)
+  tokens = draw(Tensor(uniform).reshape(1, 1000).expand(40_000, 1000), random_bits(5, 0, 80_000).reshape(40_000, 2))
+  with pytest.raises(AssertionError):
+    draws_by_weight(tokens.numpy(), weights)
 
 # --- the bit-by-bit search itself, on keys built to catch an off-by-one in any bit ---
 

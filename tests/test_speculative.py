@@ -6,8 +6,8 @@ from tinygrad import Tensor
 from tiny import REPO, TOKENIZER_DIR, run_script, write_checkpoint
 from weights import load_model
 from sampling import Sampling
-import speculative
-from speculative import NgramDraft, autoregressive_sample, sample, speculative_sample, verify
+import reference, speculative
+from speculative import NgramDraft, autoregressive_sample, random_bits, speculative_sample
 
 PROMPT = [5, 17, 2, 33]
 
@@ -76,16 +76,16 @@ def test_never_runs_past_the_context(models):
   assert len(autoregressive_sample(target, prompt, 100, eos=None)[0]) == 4
 
 def test_ngram_draft_proposes_what_followed_the_latest_match():
-  draft, rng = NgramDraft(max_n=3), np.random.default_rng(0)
+  draft = NgramDraft(max_n=3)
   x = [1, 2, 3, 9, 1, 2, 3, 4, 5, 7, 2, 3]
   # (2, 3) last seen before 4; no 3-gram match
-  assert draft.propose(x, 4, None, rng) == ([4, 5, 7, 2], None)
+  assert draft.propose(x, 4) == [4, 5, 7, 2]
   # the 3-gram (2, 3, 4): the longest match wins
-  assert draft.propose(x + [4], 2, None, rng) == ([5, 7], None)
+  assert draft.propose(x + [4], 2) == [5, 7]
   # nothing matches: propose nothing
-  assert draft.propose([5, 6, 7, 8], 3, None, rng) == ([], None)
+  assert draft.propose([5, 6, 7, 8], 3) == []
   # at most what follows the match
-  assert draft.propose([5, 6, 5], 3, None, rng) == ([6, 5], None)
+  assert draft.propose([5, 6, 5], 3) == [6, 5]
 
 def test_greedy_with_ngram_draft_equals_greedy_autoregressive(models):
   """--draft ngram --temperature 0 emits exactly the target's greedy continuation, through matches and
@@ -98,17 +98,19 @@ def test_greedy_with_ngram_draft_equals_greedy_autoregressive(models):
   assert {"accepted", "resampled", "target"} <= set(origins) and stats.drafted > 0
 
 def test_acceptance_rate_counts_every_check(models, monkeypatch):
-  """α̂ has one definition, Stats.acceptance_rate = accepted / checked drafts, counting every check that
-  verify made, also those of a last round that max-new-tokens cuts. Recounting from verify's own answers must
-  give the same; a count from the emitted tokens' origins (once used by the notebooks) differs when a cut
-  drops accepted drafts."""
+  """α̂ has one definition, Stats.acceptance_rate = accepted / checked drafts, counting every check that the
+  round made, also those of a last round that max-new-tokens cuts. Recounting from each round's own answer
+  (a accepted of k checked; a rejection unless a = k) must give the same; a count from the emitted tokens'
+  origins (once used by the notebooks) differs when a cut drops accepted drafts."""
   target, draft, _ = models
   checks = []
-  def counted(drafts, p, q, rng):
-    new, came_from = verify(drafts, p, q, rng)
-    checks.extend(o for o in came_from if o in ("accepted", "resampled"))
-    return new, came_from
-  monkeypatch.setattr(speculative, "verify", counted)
+  def counted(call, values, stats):
+    out = run_call(call, values, stats)
+    k, a = values[4], int(out[-2])
+    checks.extend(["accepted"] * a + ["resampled"] * (a < k))
+    return out
+  run_call = speculative.run_call
+  monkeypatch.setattr(speculative, "run_call", counted)
   runs = []
   for seed in range(4):
     for max_new in (5, 9):
@@ -119,6 +121,15 @@ def test_acceptance_rate_counts_every_check(models, monkeypatch):
                   for _, o, _ in runs]
   # the cut rounds make a difference
   assert any(a != s.acceptance_rate for a, (_, _, s) in zip(from_origins, runs))
+
+def test_one_compiled_call_per_round(models):
+  """After the prompt, a round is one compiled call (also near the context's end, where fewer drafts count),
+  and Algorithm 1 one per token."""
+  target, draft, _ = models
+  _, _, stats = speculative_sample(target, draft, list(range(30)), 100, K=4, eos=None)
+  assert stats.stopped_by == "the context" and stats.compiled_calls == stats.target_calls > 3
+  _, base = autoregressive_sample(target, PROMPT, 7, eos=None)
+  assert base.compiled_calls == base.target_calls == 7
 
 def test_stats_say_what_stopped_the_run(models):
   target, draft, copy = models
@@ -148,13 +159,21 @@ def test_to_probs_filters_as_documented():
   assert np.array_equal(probs(top_p=0.5) > 0, np.eye(6, dtype=bool)[5])
 
 def test_verify_rejects_what_the_target_cannot_emit():
-  """A draft token with q(x̃) = 0 is never accepted, whatever r is; the resample then comes from (q - p)+."""
-  rng = np.random.default_rng(0)
+  """A draft token with q(x̃) = 0 is never accepted, whatever r is; the resample then comes from (q - p)+: on
+  the device (200 rounds in one batch) and in the NumPy reference alike. A zero-weight token is never drawn."""
   p, q = np.array([[0.5, 0.5, 0.0]]), np.array([[0.0, 0.4, 0.6], [1.0, 0.0, 0.0]])
-  for _ in range(200):
-    tokens, origins = verify([0], p, q, rng)
-    assert origins == ["resampled"] and tokens[0] == 2  # (q - p)+ = [0, 0, 0.6]
-  assert all(sample(np.array([0.3, 0.0, 0.7]), rng) != 1 for _ in range(500))
+  N = 200
+  out = speculative.verify(Tensor.zeros(N, 1, dtype="int32"), Tensor(p, dtype="float32").expand(N, 1, 3),
+                           Tensor(q, dtype="float32").expand(N, 2, 3), 1, random_bits(0, 0, 3 * N).reshape(N, 3))
+  out = out.numpy()
+  assert (out[:, 0] == 2).all() and (out[:, -1] == 0).all()  # (q - p)+ = [0, 0, 0.6], a = 0
+  rng = np.random.default_rng(0)
+  for _ in range(N):
+    tokens, origins = reference.verify([0], p, q, rng)
+    assert origins == ["resampled"] and tokens[0] == 2
+  weights = Tensor([[0.3, 0.0, 0.7]]).expand(500, 3)
+  assert (speculative.draw(weights, random_bits(1, 0, 1000).reshape(500, 2)).numpy() != 1).all()
+  assert all(reference.sample(np.array([0.3, 0.0, 0.7]), rng) != 1 for _ in range(500))
 
 # ***** the command line, run as a user runs it *****
 
