@@ -175,6 +175,18 @@ def test_verify_rejects_what_the_target_cannot_emit():
   assert (speculative.draw(weights, random_bits(1, 0, 1000).reshape(500, 2)).numpy() != 1).all()
   assert all(reference.sample(np.array([0.3, 0.0, 0.7]), rng) != 1 for _ in range(500))
 
+def test_nan_probabilities_end_the_run_with_one_sentence(tmp_path):
+  """Corrupt weights (here a NaN in the target's last layer norm) raise the flag that every compiled call
+  returns, and the run ends with the sentence to fetch the weights again, in Algorithm 2 and Algorithm 1."""
+  shape = dict(n_layer=1, n_head=2, n_embd=16, vocab_size=64, n_ctx=32)
+  target = load_model(str(write_checkpoint(tmp_path / "target", **shape)))
+  draft = load_model(str(write_checkpoint(tmp_path / "draft", seed=3, **shape)))
+  target.ln_f.bias.assign(Tensor.full(target.ln_f.bias.shape, float("nan"))).realize()
+  for run in (lambda: speculative_sample(target, draft, [1, 2], 4, K=2),
+              lambda: autoregressive_sample(target, [1, 2], 4)):
+    with pytest.raises(FloatingPointError, match="NaN or infinite probabilities: its weights may be corrupt"):
+      run()
+
 # ***** the command line, run as a user runs it *****
 
 def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
