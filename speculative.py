@@ -421,9 +421,9 @@ def speculative_sample(target: GPT2, draft: GPT2 | NgramDraft, prompt_tokens: li
     n, k = len(x), min(K, n_ctx - len(x))  # near the end of the context, fewer drafts count: the target's
                                            # K+1 positions still fit in its cache's spare rows
     if isinstance(draft, GPT2):
-      start = max(n - 2, 0)  # the draft re-feeds x_{n-1} and x_n (x_1 twice when n = 1)
+      fed = max(n - 2, 0)  # the draft re-feeds x_{n-1} and x_n from there (x_1 twice when n = 1)
       out = run_call(compiled(target, model_round, draft, K, sampling),
-                     [start, n - 1 - start, x[start], x[-1], k, seed, stats.target_calls], stats)
+                     [fed, n - 1 - fed, x[fed], x[-1], k, seed, stats.target_calls], stats)
     else:
       lookup = time.perf_counter()
       drafts = draft.propose(x, k)

@@ -124,10 +124,13 @@ def test_acceptance_rate_counts_every_check(models, monkeypatch):
 
 def test_one_compiled_call_per_round(models):
   """After the prompt, a round is one compiled call (also near the context's end, where fewer drafts count),
-  and Algorithm 1 one per token."""
+  and Algorithm 1 one per token; the Stats' times nest."""
   target, draft, _ = models
+  begin = time.perf_counter()
   _, _, stats = speculative_sample(target, draft, list(range(30)), 100, K=4, eos=None)
   assert stats.stopped_by == "the context" and stats.compiled_calls == stats.target_calls > 3
+  # the times add up: the rounds lie inside the run, the run inside the call
+  assert stats.host_time <= stats.round_time <= stats.total_time <= time.perf_counter() - begin
   _, base = autoregressive_sample(target, PROMPT, 7, eos=None)
   assert base.compiled_calls == base.target_calls == 7
 
