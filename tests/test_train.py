@@ -45,31 +45,29 @@ For instance:
 
 def test_unwrap_joins_wrapped_prose_and_keeps_code_grammar_and_headings():
   assert train.unwrap(DOC).split("\n") == [
-    'The "for" statement', "*******************", "",
+    'The "for" statement', "*******************",
     'The "for" statement is used to iterate over the elements of a sequence (such as a string, tuple or list) or '
     "other iterable object, and it is a compound statement that has, as every reader of the docs knows, a "
-    "well-known left-hand side, which all the readers of this page know: left-hand side:", "",
-    '   for_stmt ::= "for" target_list "in" starred_list ":" suite', '                ["else" ":" suite]', "",
-    "For instance:", "", "   for i in range(10):", "       print(i)", "",
-    "   >>> list(range(3))", "   [0, 1, 2]", "",
+    "well-known left-hand side, which all the readers of this page know: left-hand side:",
+    '   for_stmt ::= "for" target_list "in" starred_list ":" suite', '                ["else" ":" suite]',
+    "For instance:", "   for i in range(10):", "       print(i)",
+    "   >>> list(range(3))", "   [0, 1, 2]",
     "* A list item whose text is long enough that the docs had to wrap it onto a second line, indented past the "
-    "marker.", "", "* short item", "* another short one"]
+    "marker.", "* short item", "* another short one"]
 
-def test_unwrap_only_removes_line_breaks_inside_paragraphs():
-  """On every topic: the same characters but for whitespace, the same paragraphs (one blank line between two),
-  every grammar production
-  and interactive line kept whole (but for trailing spaces), and the prose on fewer lines (about 4 in 10 of the docs' lines remain)."""
+def test_unwrap_only_removes_line_breaks_and_spaces():
+  """On every topic: the same characters but for whitespace, no blank line and no trailing space, every grammar
+  production and interactive line kept whole (but for trailing spaces), and the text on fewer lines."""
   from pydoc_data.topics import topics
   before = after = 0
   for text in topics.values():
     flat = train.unwrap(text)
     assert re.sub(r"\s", "", flat) == re.sub(r"\s", "", text)
-    assert len(re.split(r"\n\s*\n", flat)) == len(re.split(r"\n\s*\n", text.strip()))
-    assert "\n\n\n" not in flat and "  \n" not in flat
+    assert "\n\n" not in flat and "  \n" not in flat
     lines = set(flat.split("\n"))
     assert all(l.rstrip() in lines for l in text.split("\n") if "::=" in l or l.lstrip().startswith(">>>"))
     before, after = before + text.count("\n"), after + flat.count("\n")
-  assert after < 0.7 * before
+  assert after < 0.5 * before  # 4352 of the docs' 11374 line breaks remain on Python 3.11.7
 
 @NEEDS_TOKENIZER
 def test_corpus_is_pythons_documentation_unwrapped_and_split_by_whole_topics():
@@ -78,7 +76,7 @@ def test_corpus_is_pythons_documentation_unwrapped_and_split_by_whole_topics():
   enc = load_tokenizer(TOKENIZER_DIR)
   train_ids, val_ids, used = train.corpus(enc)
   names = sorted(topics)
-  assert val_ids.tolist() == enc.encode("\n\n".join(train.unwrap(topics[n]) for n in names[::10]))
+  assert val_ids.tolist() == enc.encode("\n".join(train.unwrap(topics[n]) for n in names[::10]))
   assert enc.decode(train_ids[:40].tolist()).startswith(train.unwrap(topics[names[1]])[:60])
   assert 10 * len(val_ids) < len(train_ids) < 20 * len(val_ids)
   assert used.tolist() == sorted(set(train_ids.tolist()) | set(val_ids.tolist()))
