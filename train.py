@@ -21,7 +21,7 @@ float16 files with gpt2.py. A run that is cut short resumes from its last evalua
 starts over.
 """
 from __future__ import annotations
-import argparse, json, math, pathlib, re, sys, time
+import argparse, json, math, pathlib, re, sys, textwrap, time
 from dataclasses import dataclass
 import numpy as np
 from tinygrad import Tensor, TinyJit, dtypes
@@ -63,11 +63,16 @@ def unwrap(text: str) -> str:
   paragraph at the same text indentation and the wrapper must have broken there (the previous line plus a space
   plus the next line's first word would pass column 70). Paragraphs with a grammar production (::=), an
   interactive session (>>>) or a table stay exactly as they are; so does other code, whose short lines never
-  fill the column, and headings. Elsewhere the two spaces the docs put after a sentence become one. And the
-  blank lines go: paragraphs are separated by one line break, as the lines of code and lists are. GPT-2's
-  tokenizer makes a blank line before text two "\n" tokens, and small models trained with blank lines kept
-  learned that a third "\n" is as likely after two as after one (P = 0.27 where the corpus has 0 in 1,467), so
-  their greedy text turned into blank lines; with none, a "\n" never follows a "\n", a fact of one token."""
+  fill the column, and headings. Elsewhere the two spaces the docs put after a sentence become one.
+
+  Two changes of layout, not of text, keep greedy text out of whitespace (docs/demo.md has the figures). The
+  blank lines go: paragraphs are separated by one line break, as the lines of code and lists are (GPT-2's
+  tokenizer makes a blank line before text two "\n" tokens, and a model must then learn that a third never
+  follows two; ours did not, and wrote blank lines). And each paragraph loses the margin the docs indent it by
+  when it is nested in another (a code block in an example, a method's description): its lines keep their
+  indentation relative to each other, so code keeps its own. GPT-2's tokenizer makes every space of a margin a
+  token, so with margins kept half of all line breaks are followed by a space, the likeliest next token after
+  a line break, and greedy text went on with spaces."""
   indent = lambda line: len(line) - len(line.lstrip(" "))
   def text_indent(line: str) -> int:
     m = BULLET.match(line.lstrip(" "))
@@ -76,7 +81,7 @@ def unwrap(text: str) -> str:
   for para in text.split("\n\n"):
     lines = para.split("\n")
     if any("::=" in l or l.lstrip().startswith((">>>", "...", "+-", "+=", "|")) for l in lines):
-      out.append(para)
+      out.append(textwrap.dedent(para))
       continue
     joined, prev, at = [lines[0]], lines[0], text_indent(lines[0])  # at: where the paragraph's text starts
     for line in lines[1:]:
@@ -90,7 +95,7 @@ def unwrap(text: str) -> str:
           continue
       joined.append(line)
       prev, at = line, text_indent(line)
-    out.append(SPACES.sub(" ", "\n".join(joined)))
+    out.append(textwrap.dedent(SPACES.sub(" ", "\n".join(joined))))
   # one line break between paragraphs, no blank lines (see the docstring), none at the ends
   return re.sub(r"\n(?:[ \t]*\n)+", "\n", re.sub(r"[ \t]+\n", "\n", "\n\n".join(out))).strip("\n")
 
