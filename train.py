@@ -150,8 +150,9 @@ def perplexity(model: GPT2, tokens: np.ndarray, T: int | None = None, used: np.n
 
 def expand(model: GPT2, used: np.ndarray) -> GPT2:
   """The model over GPT-2's full vocabulary: the corpus's tokens keep their trained rows; every other token
-  gets the row (0, ..., 0, -OFF), whose logit is -OFF as ln_f's last feature is always 1 (see pin). A trained
-  logit is far above -1000 + ln(50257), so those tokens together get less than 1e-6 of the mass everywhere."""
+  gets the row (0, ..., 0, -OFF), whose logit is -OFF times ln_f's last feature, a constant: 1 (see pin), or
+  1 / the temperature after calibrate, at least 0.6. A trained logit is far above -600 + ln(50257), so those
+  tokens together get less than 1e-6 of the mass everywhere."""
   cfg = model.config
   full = GPT2(GPT2Config(cfg.n_layer, cfg.n_head, cfg.n_embd, 50257, cfg.n_ctx))
   wte = np.zeros((50257, cfg.n_embd), np.float32)
@@ -208,17 +209,36 @@ def learning_rate(step: int, steps: int, peak: float, warmup: int) -> float:
     return peak * (step + 1) / warmup
   return peak * (0.1 + 0.45 * (1 + math.cos(math.pi * min(step - warmup, steps - warmup) / max(steps - warmup, 1))))
 
-def val_loss(hf, val: np.ndarray, T: int) -> float:
-  """Mean cross-entropy (nats per token) of the torch model on the held-out windows, dropout off."""
+def val_loss(hf, val: np.ndarray, T: int, temperature: float = 1.0) -> float:
+  """Mean cross-entropy (nats per token) of the torch model on the held-out windows, dropout off, its logits
+  divided by temperature."""
   import torch
   x, y = windows(val, T)
   hf.eval()
   with torch.no_grad():
-    logits = hf(torch.from_numpy(x.astype(np.int64))).logits
+    logits = hf(torch.from_numpy(x.astype(np.int64))).logits / temperature
     loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
                                              torch.from_numpy(y.astype(np.int64)).reshape(-1))
   hf.train()
   return float(loss)
+
+TEMPERATURES = [1 + i / 40 for i in range(25)]  # 1 to 1.6 in steps of 0.025
+
+def calibrate(hf, val: np.ndarray, T: int) -> float:
+  """Temperature scaling (Guo et al. 2017), chosen like early stopping on the held-out topics: the temperature
+  in TEMPERATURES whose logits / temperature score them best. The models are overconfident on topics they have
+  not seen (1.0 would keep them as trained). Folded into the weights: ln_f's gain and bias are divided by it, so
+  every logit is (ln_f's last feature, the pinned 1, becomes 1 / temperature: see expand)."""
+  import torch
+  x, y = windows(val, T)
+  hf.eval()
+  with torch.no_grad():
+    logits = hf(torch.from_numpy(x.astype(np.int64))).logits.reshape(-1, hf.config.vocab_size)
+    target = torch.from_numpy(y.astype(np.int64)).reshape(-1)
+    best = min(TEMPERATURES, key=lambda t: float(torch.nn.functional.cross_entropy(logits / t, target)))
+    hf.transformer.ln_f.weight /= best
+    hf.transformer.ln_f.bias /= best
+  return best
 
 def train(name: str, r: Recipe, out: pathlib.Path, ckpt_root: pathlib.Path, seed: int, fresh: bool) -> None:
   """Train one model on the corpus's tokens, evaluating on the held-out topics every r.eval_every steps and
@@ -285,9 +305,11 @@ def train(name: str, r: Recipe, out: pathlib.Path, ckpt_root: pathlib.Path, seed
       torch.save({"model": hf.state_dict(), "opt": opt.state_dict()}, ckpt / "state.pt")
       (ckpt / "state.json").write_text(json.dumps(state | {"recipe": recipe}))
   hf.load_state_dict(torch.load(ckpt / "best.pt", weights_only=True))
+  temperature = calibrate(hf, val_ids, T)
   save_model(expand(to_gpt2(hf, cfg, len(used)), used), out / name, dtypes.float16)
-  print(f"{name}: the best, step {state['best_step']} (validation perplexity {math.exp(state['best']):.1f}), "
-        f"saved to {out / name} after {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+  print(f"{name}: the best, step {state['best_step']} (validation perplexity {math.exp(state['best']):.1f}; "
+        f"{math.exp(val_loss(hf, val_ids, T)):.1f} at temperature {temperature:.3f}, folded into ln_f), saved to "
+        f"{out / name} after {time.perf_counter() - t0:.0f} s", file=sys.stderr)
 
 def evaluate(folders: dict[str, pathlib.Path]) -> dict[str, float]:
   """Held-out perplexity of each saved model (as shipped: float16 files, through gpt2.py) and of the bigram
