@@ -48,7 +48,7 @@ class Recipe:
 
 SIZES = {  # the recipes of the shipped pair; docs/demo.md has the others tried
   "target": Recipe(GPT2Config(n_layer=4, n_head=4, n_embd=256, n_ctx=256), 1200, 1e-3, 0.1, 0.1, smoothing=0.02),
-  "draft":  Recipe(GPT2Config(n_layer=2, n_head=2, n_embd=128, n_ctx=256), 1200, 2e-3, 0.1, 0.1, smoothing=0.02),
+  "draft":  Recipe(GPT2Config(n_layer=1, n_head=2, n_embd=64, n_ctx=256), 1200, 2e-3, 0.1, 0.1, smoothing=0.02),
 }
 
 # --- the corpus ---
