@@ -336,6 +336,8 @@ def main() -> None:
   ap.add_argument("--weight-decay", type=float, help="the recipe's weight decay, for an experiment")
   ap.add_argument("--lr", type=float, help="the recipe's peak learning rate, for an experiment")
   ap.add_argument("--smoothing", type=float, help="the recipe's label smoothing, for an experiment")
+  ap.add_argument("--patience", type=int, help="the recipe's early stopping patience in evaluations, for an "
+                  "experiment")
   ap.add_argument("--name", help="the run's name, for its checkpoints and output folder (default: the model's)")
   ap.add_argument("--seed", type=int, default=0)
   ap.add_argument("--fresh", action="store_true", help="ignore a saved training state and start over")
@@ -349,7 +351,7 @@ def main() -> None:
   for name in names:
     r = SIZES[name]
     change = {"steps": args.steps, "dropout": args.dropout, "weight_decay": args.weight_decay, "lr": args.lr,
-            "smoothing": args.smoothing}
+            "smoothing": args.smoothing, "patience": args.patience}
     r = Recipe(**{**r.__dict__, **{k: v for k, v in change.items() if v is not None}})
     train(args.name or name, r, pathlib.Path(args.out), pathlib.Path(args.checkpoints), args.seed, args.fresh)
 
