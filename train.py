@@ -8,13 +8,15 @@ a real acceptance rate with no download.
     python train.py --model draft --steps 50 --out /tmp/pair   # a quick try
 
 The corpus is unwrapped first (unwrap): the docs wrap their paragraphs at 70 columns, and a model trained on
-the wrapped text learns that a line break is the likeliest next token nearly everywhere. The models keep
-GPT-2's tokenizer and all its 50257 tokens, but train on the 5,170 that the corpus uses (an output layer 10
+the wrapped text learns that a line break is the likeliest next token nearly everywhere; unwrap also drops the
+blank lines and the margins of nested paragraphs, whose tokens drew greedy text into whitespace. The models keep
+GPT-2's tokenizer and all its 50257 tokens, but train on the 4,923 that the corpus uses (an output layer 10
 times narrower, so 10 times cheaper here); the others get one shared row that keeps their total probability
-below 1e-6 (see expand).
+below 1e-6 (see expand). Each model is early stopped and then temperature-scaled on the held-out topics
+(calibrate).
 
 The training loop runs in PyTorch, on Hugging Face's own GPT2LMHeadModel (requirements-hf.txt): on a CPU core it
-trains these shapes about 8 times faster than tinygrad 0.14's default kernels (docs/demo.md has the figures),
+trains these shapes 8 to 17 times faster than tinygrad 0.14's default kernels (docs/demo.md has the figures),
 and a model trained to convergence takes hours with tinygrad. Everything after training is this project's own
 code: the weights are exported through gpt2.py's GPT2 and weights.save_model, and --eval scores the shipped
 float16 files with gpt2.py. A run that is cut short resumes from its last evaluation (--checkpoints); --fresh
