@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Callable
 import numpy as np
 from tinygrad import Device, Tensor, UOp, Variable, dtypes
-from gpt2 import BLOCK, GPT2, MAX_ROWS, Compiled
+from gpt2 import BLOCK, GPT2, MAX_ROWS, Compiled, symbolic_ids
 from sampling import Sampling
 
 EOT = 50256  # GPT-2's <|endoftext|>
@@ -164,7 +164,7 @@ def model_round(target: GPT2, draft: GPT2, K: int, sampling: Sampling) -> Compil
   def build(searched: bool) -> tuple[Callable[..., Tensor], list[UOp]]:
     def run(start: UOp, j: UOp, before: UOp, last: UOp, k: UOp, seed: UOp, counter: UOp) -> Tensor:
       bits = random_bits(seed, counter, 3 * K + 2).realize()  # realized once, or each use would recompute it
-      ids = Tensor.stack(*[Tensor.full((), v, dtype=dtypes.int32) for v in (before, last)])
+      ids = symbolic_ids((before, last))
       drafts, p = propose(draft, ids, start, j, K, sampling, bits[K + 2:])
       q = score(target, ids[1:].cat(drafts), start + j, sampling).realize()
       return verify(drafts, p, q, k, bits[:K + 2]).cat(non_finite(p, q).reshape(1)).contiguous()
@@ -182,8 +182,8 @@ def lookup_round(target: GPT2, K: int, sampling: Sampling) -> Compiled:
   def build(searched: bool) -> tuple[Callable[..., Tensor], list[UOp]]:
     def run(last: UOp, *rest: UOp) -> Tensor:
       *given, k, seed, counter, start = rest
-      drafts = Tensor.stack(*[Tensor.full((), v, dtype=dtypes.int32) for v in given])
-      q = score(target, Tensor.full((1,), last, dtype=dtypes.int32).cat(drafts), start, sampling)
+      drafts = symbolic_ids(given)
+      q = score(target, symbolic_ids((last, *given)), start, sampling)
       out = verify(drafts, one_hot(drafts, V), q, k, random_bits(seed, counter, K + 2))
       return out.cat(non_finite(q).reshape(1)).contiguous()
     variables = [bound("last", V - 1), *[bound(f"draft{t}", V - 1) for t in range(K)], bound("k", K),
@@ -198,7 +198,7 @@ def token_step(target: GPT2, sampling: Sampling) -> Compiled:
   n_ctx, V = target.config.n_ctx, target.config.vocab_size
   def build(searched: bool) -> tuple[Callable[..., Tensor], list[UOp]]:
     def run(last: UOp, seed: UOp, counter: UOp, start: UOp) -> Tensor:
-      q = score(target, Tensor.full((1,), last, dtype=dtypes.int32), start, sampling)
+      q = score(target, symbolic_ids((last,)), start, sampling)
       return draw(q, random_bits(seed, counter, 2).reshape(1, 2)).cat(non_finite(q).reshape(1)).contiguous()
     variables = [bound("last", V - 1), bound("seed", SEED_MAX), bound("round", SEED_MAX),
                  bound("start", n_ctx - 1)]
