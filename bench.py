@@ -25,12 +25,12 @@ from dataclasses import asdict, fields
 from typing import Callable
 import numpy as np
 import tiktoken
-from tinygrad import Device, Tensor, TinyJit, dtypes
-from tinygrad.helpers import tqdm
+from tinygrad import Context, Device, Tensor, TinyJit, dtypes
+from tinygrad.helpers import GlobalCounters, tqdm
 from tinygrad.nn.state import get_parameters
 from cli import compiled_calls, load_draft, load_target, main, open_device, search_kernels, time_steps
 from cli import warm_up, warm_up_baseline
-from gpt2 import GPT2, MAX_ROWS
+from gpt2 import GPT2, MAX_ROWS, Compiled
 from sampling import Sampling
 from speculative import NgramDraft, Stats, autoregressive_sample, expected_tokens_per_loop, predicted_speedup
 from speculative import speculative_sample, time_step
@@ -133,6 +133,7 @@ def summarize(K: int, runs: list[tuple[Stats, Stats]], steps: tuple[float, float
           "tokens_per_target_call": spec.tokens_per_target_call, "c": c, "mean_drafted": k,
           # a target step of K+1 rows against one of 1 row, each timed alone: the paper assumes about 1
           "scoring_ratio": steps[1] / steps[2], "predicted": predicted,
+          "draft_step_ms": 1e3 * steps[0], "target_step_ms": 1e3 * steps[1], "target_one_row_ms": 1e3 * steps[2],
           "measured_over_predicted": speedup / predicted,
           # Algorithm 2's round: one compiled call (K draft steps, the target's K+1 rows, tests, draws, read)
           "ms_per_round": 1e3 * spec.round_call_time,
@@ -157,7 +158,7 @@ def scoring_cost(model: GPT2, lengths: range, reps: int, sampling: Sampling,
   On the CPU backend the kernels run inside the call, so there the host part includes them.
   """
   times: dict[int, list[tuple[float, float]]] = {T: [] for T in lengths}
-  model.make_cache()
+  model.prepare()
   for r in tqdm(range(reps + 2), desc="scoring (rounds over T)"):
     if r == 2 and search:
       search_kernels(list(model.steps.values()))
@@ -178,6 +179,31 @@ def model_bytes(model: GPT2) -> int:
   caches = {id(block.attn.cache_kv) for block in model.h}
   weights = get_parameters([model.wte, model.wpe, model.h, model.ln_f])
   return sum(p.nbytes() for p in weights if id(p) not in caches)
+
+def step_cost(model: GPT2, rows: int, sampling: Sampling) -> tuple[int, float]:
+  """The kernels of one compiled step of `rows` rows (with its Sampling head, at position PROMPT_LEN), and the
+  bytes they touch ÷ the weights' bytes, as tinygrad counts them: each buffer a kernel reads or writes, once.
+  The step is compiled again for this with JIT=2, without JIT graphs, which tinygrad counts as one kernel."""
+  model.prepare()
+  step = model.step(rows, sampling)
+  with Context(JIT=2):
+    alone = Compiled(step.name, step.signature, step.width, step.build)
+    for _ in range(3):  # compile, capture, then count one replay
+      GlobalCounters.reset()
+      alone(PROMPT_LEN, *[0] * rows)
+  return GlobalCounters.kernel_count, GlobalCounters.global_mem / model_bytes(model)
+
+def step_costs(target: GPT2, draft: GPT2 | NgramDraft, Ks: list[int], sampling: Sampling) -> dict:
+  """step_cost of each model's steps of 1 row and of K+1 rows: {"target": {rows: (kernels, bytes ratio)}, ...}."""
+  models = {"target": target} | ({"draft": draft} if isinstance(draft, GPT2) else {})
+  return {name: {rows: step_cost(model, rows, sampling) for rows in sorted({1} | {K + 1 for K in Ks})}
+          for name, model in models.items()}
+
+def costs_line(costs: dict) -> str:
+  """step_costs in words."""
+  parts = [f"{name} " + ", ".join(f"{rows} row{'s' * (rows > 1)} {k} ({ratio:.2f}x)"
+                                  for rows, (k, ratio) in by.items()) for name, by in costs.items()]
+  return "kernels per step, and the bytes they touch ÷ the weights' (tinygrad's count): " + "; ".join(parts)
 
 def measure_bandwidth(nbytes: int = 1 << 30) -> float:
   """Bytes per second the device reads: the best of 5 compiled sums over a buffer of nbytes (after 2 that
@@ -443,16 +469,18 @@ def run_scoring(args: argparse.Namespace, sampling: Sampling) -> None:
         f"{kernels(list(target.steps.values()), target.search)}")
   target_bytes = model_bytes(target)
   params = target_bytes // target.wte.weight.dtype.itemsize
-  print("  T   total ms    host ms   host share   t(T)/t(1)   GFLOP/s")
+  print("  T   total ms    host ms   host share   t(T)/t(1)   GFLOP/s   kernels   bytes ÷ weights")
   for T, (t, host) in cost.items():
     rate = "-" if Device.DEFAULT == "NULL" else f"{2 * params * T / t / 1e9:.1f}"  # NULL runs no arithmetic
+    kernel_count, ratio = step_cost(target, T, sampling)
     print(f"{T:>3}  {1e3 * t:>9.3f}  {1e3 * host:>9.3f}  {100 * host / t:>10.0f}%  {t / cost[1][0]:>10.2f}"
-          f"  {rate:>8}")
+          f"  {rate:>8}  {kernel_count:>8}  {ratio:>16.3f}")
   print("host: the time until model.step(...) returns, before its result is read. On an asynchronous\n"
         "device (CUDA, Metal) that is the host work, the kernels being only queued; on the CPU backend they\n"
         "run inside the call.\n"
         "GFLOP/s: 2 × weights × T (each weight is a multiply and an add per token) ÷ total: where this rate\n"
-        "meets the device's peak, each extra token costs its arithmetic, and t(T)/t(1) grows with T.")
+        "meets the device's peak, each extra token costs its arithmetic, and t(T)/t(1) grows with T.\n"
+        "kernels, bytes: the call's kernels, and the bytes they touch ÷ the weights' (tinygrad's count).")
   bandwidth, source = find_bandwidth(args.bandwidth)
   print(f"\nweights read per call: target {target_bytes / 1e9:.3f} GB")
   timings = {"one call of T = 1 (Algorithm 1's step)": 1e3 * cost[1][0]}
@@ -486,7 +514,9 @@ def print_report(args: argparse.Namespace, rows: list[dict], sizes: tuple[int, i
 def print_floor(args: argparse.Namespace, rows: list[dict], target_bytes: int) -> float | None:
   """Algorithm 1 and Algorithm 2 per token against the memory-bandwidth floor; the bandwidth (bytes/s)."""
   bandwidth, source = find_bandwidth(args.bandwidth)
-  timings = {"Algorithm 1 per token": statistics.mean(r["alg1_ms_per_token"] for r in rows)}
+  timings = {"Algorithm 1 per token": statistics.mean(r["alg1_ms_per_token"] for r in rows),
+             "a target step of 1 row, alone": statistics.mean(r["target_one_row_ms"] for r in rows)}
+  timings |= {f"a target step of K+1 = {r['K'] + 1} rows, alone": r["target_step_ms"] for r in rows}
   timings |= {f"Algorithm 2 per token, K={r['K']}": r["alg2_ms_per_token"] for r in rows}
   print("\n" + "\n".join(floor_lines(target_bytes, bandwidth, source, timings)))
   return bandwidth
@@ -506,11 +536,13 @@ def run_table(args: argparse.Namespace, Ks: list[int], sampling: Sampling) -> No
   load = (load_before, os.getloadavg()[0])
   print_report(args, rows, sizes, sampling, prompts, source, load)
   print(kernels(compiled_calls(target, draft), target.search))
+  costs = step_costs(target, draft, Ks, sampling)
+  print(costs_line(costs))
   bandwidth = print_floor(args, rows, sizes[0])
   results = {"device": machine(), "target": args.target, "draft": args.draft, "random_weights": args.random,
              "temperature": sampling.temperature, "prompts": prompts, "max_new_tokens": args.max_new_tokens,
              "load_average": load, "target_bytes": sizes[0], "draft_bytes": sizes[1], "bandwidth": bandwidth,
-             "rows": rows}
+             "rows": rows, "step_costs": costs}
   tag = "greedy" if sampling.temperature == 0 else f"t{sampling.temperature:g}"
   if args.sweep:
     header = f"{describe(args)}; {setting(sampling)}; {Device.DEFAULT}"

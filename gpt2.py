@@ -10,7 +10,7 @@ It writes those T positions into the cache. Rolling back is calling again with a
 at or past it are overwritten before they are read. model.logits(idx) is train.py's forward, with no cache.
 """
 from __future__ import annotations
-import hashlib, os, pathlib
+import hashlib, math, os, pathlib
 from dataclasses import dataclass
 from typing import Callable
 import numpy as np
@@ -79,7 +79,7 @@ class Attention:
     self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd)
     self.cache_kv: Tensor | None = None  # (2, 1, n_head, n_ctx + MAX_ROWS - 1, head_dim), made on first use
 
-  def __call__(self, x: Tensor, start_pos: int | UOp | None) -> Tensor:
+  def __call__(self, x: Tensor, start_pos: int | UOp | None, mask: Tensor | None = None) -> Tensor:
     B, T, C = x.shape
     qkv = self.c_attn(x).split(C, dim=2)
     q, k, v = [t.reshape(B, T, self.n_head, self.head_dim).transpose(1, 2) for t in qkv]
@@ -89,11 +89,35 @@ class Attention:
     # write this step's keys and values at start_pos .. start_pos+T-1; anything past them is stale, never read
     self.cache_kv[:, :, :, start_pos:start_pos + T].assign(Tensor.stack(k, v))
     k, v = self.cache_kv[0, :, :, :start_pos + T], self.cache_kv[1, :, :, :start_pos + T]
-    # causal mask: query i (at position start_pos+i) sees keys 0 .. start_pos+i
-    mask = (Tensor.full((1, 1, T, start_pos + T), float("-inf"), dtype=x.dtype).triu(start_pos + 1)
-            if T > 1 else None)
-    y = q.scaled_dot_product_attention(k, v, attn_mask=mask).cast(x.dtype)
+    scores = q.matmul(k.transpose(2, 3), dtype=dtypes.float32) / math.sqrt(self.head_dim)
+    if mask is not None:
+      scores = scores + mask
+    # softmax(scores) @ v, with the division by the softmax's sum after the product, where it costs T × head_dim
+    # divisions and no kernel: exp(scores - max) then reads only two buffers, which tinygrad computes inside the
+    # product's load instead of writing it out (3 kernels: max, sum, product; softmax first took 4)
+    e = (scores - scores.max(-1, keepdim=True)).exp()
+    y = ((e @ v.float()) / e.sum(-1, keepdim=True)).cast(x.dtype)
     return self.c_proj(y.transpose(1, 2).reshape(B, T, C))
+
+class LayerNorm:
+  """GPT-2's layer norm, in one kernel: the statistics of x, then the normalisation done inside the next
+  matmul's load. tinygrad computes an elementwise result inside its consumer, instead of writing it out, only
+  when it reads at most 3 buffers: here x, its statistics and this norm's parameters. So the two statistics
+  come from one reduction, and GPT2.prepare packs weight and bias into the rows of one buffer."""
+  def __init__(self, C: int, eps: float):
+    self.weight, self.bias, self.eps = Tensor.ones(C), Tensor.zeros(C), eps
+
+  def __call__(self, x: Tensor) -> Tensor:
+    # E[x] and E[x²] in one reduction, in float32 (in float16, x² overflows past 256)
+    xf = x.float()
+    mean, mean_sq = Tensor.stack(xf, xf * xf).mean(-1, keepdim=True)
+    var = (mean_sq - mean * mean).maximum(0)  # rounding can take E[x²] - E[x]² below 0 when var is near 0
+    return ((xf - mean) * (var + self.eps).rsqrt() * self.weight + self.bias).cast(x.dtype)
+
+  def pack(self) -> None:
+    """Make weight and bias the two rows of one buffer (a load replaces them: it unpacks them, still correct)."""
+    both = Tensor.stack(self.weight, self.bias).contiguous().realize()
+    self.weight, self.bias = both[0], both[1]
 
 class MLP:
   def __init__(self, cfg: GPT2Config):
@@ -104,11 +128,11 @@ class MLP:
 
 class Block:
   def __init__(self, cfg: GPT2Config):
-    self.ln_1, self.attn = nn.LayerNorm(cfg.n_embd, eps=cfg.norm_eps), Attention(cfg)
-    self.ln_2, self.mlp = nn.LayerNorm(cfg.n_embd, eps=cfg.norm_eps), MLP(cfg)
+    self.ln_1, self.attn = LayerNorm(cfg.n_embd, cfg.norm_eps), Attention(cfg)
+    self.ln_2, self.mlp = LayerNorm(cfg.n_embd, cfg.norm_eps), MLP(cfg)
 
-  def __call__(self, x: Tensor, start_pos: int | UOp | None) -> Tensor:
-    x = x + self.attn(self.ln_1(x), start_pos)  # pre-norm residual blocks, as in GPT-2
+  def __call__(self, x: Tensor, start_pos: int | UOp | None, mask: Tensor | None = None) -> Tensor:
+    x = x + self.attn(self.ln_1(x), start_pos, mask)  # pre-norm residual blocks, as in GPT-2
     return x + self.mlp(self.ln_2(x))
 
 Head = Callable[[Tensor], Tensor]  # maps a step's (rows, vocab) logits to its result, e.g. sampling.Sampling
@@ -155,19 +179,22 @@ class GPT2:
     self.config = cfg
     self.wte, self.wpe = nn.Embedding(cfg.vocab_size, cfg.n_embd), nn.Embedding(cfg.n_ctx, cfg.n_embd)
     self.h = [Block(cfg) for _ in range(cfg.n_layer)]
-    self.ln_f = nn.LayerNorm(cfg.n_embd, eps=cfg.norm_eps)
+    self.ln_f = LayerNorm(cfg.n_embd, cfg.norm_eps)
     self.steps: dict[tuple[int, Head | None], Compiled] = {}  # by (rows, head)
     self.rounds: dict[tuple, Compiled] = {}  # speculative.py's compiled calls with this model as the target
     self.search = 0 if Device.DEFAULT == "NULL" else SEARCH  # DEV=NULL runs no kernel, so nothing to time
 
-  def make_cache(self) -> None:
-    """Allocate zeroed KV caches once, for compiled steps to point at. Stale entries are never cleared."""
+  def prepare(self) -> None:
+    """Once, before the first compiled step: allocate the zeroed KV caches that compiled steps point at (stale
+    entries are never cleared), and pack each layer norm's parameters into one buffer (see LayerNorm)."""
     if self.h[0].attn.cache_kv is not None:
       return
     cfg, w = self.config, self.wte.weight
     shape = (2, 1, cfg.n_head, cfg.n_ctx + MAX_ROWS - 1, cfg.n_embd // cfg.n_head)
     for block in self.h:
       block.attn.cache_kv = Tensor.zeros(*shape, dtype=w.dtype, device=w.device).contiguous().realize()
+    for norm in [self.ln_f] + [n for block in self.h for n in (block.ln_1, block.ln_2)]:
+      norm.pack()
 
   def forward(self, ids: Tensor, start_pos: int | UOp) -> Tensor:
     """Float32 logits (T, vocab) after each of the T token ids (an int32 Tensor) at start_pos.. . No JIT: this
@@ -177,8 +204,11 @@ class GPT2:
     x = self.wte.weight[ids].unsqueeze(0)  # a gather: reads T rows of the embedding, not all of it
     # a step's padding rows may sit past the context's end: give them zero position embeddings there
     x = x + self.wpe.weight.pad(((0, MAX_ROWS - 1), None))[start_pos:start_pos + T]
+    # causal mask: query i (at position start_pos+i) sees keys 0 .. start_pos+i. One Tensor for all layers, so
+    # one kernel makes it (made in each layer, it took a kernel per layer)
+    mask = Tensor.full((1, 1, T, start_pos + T), float("-inf")).triu(start_pos + 1) if T > 1 else None
     for block in self.h:
-      x = block(x, start_pos)
+      x = block(x, start_pos, mask)
     # The LM head is tied to the token embedding, over 50304 tokens, not 50257 (a prime, which no thread count
     # divides); contiguous() before dropping the extra ones, or a lazy slice would shrink the matmul back.
     V = self.config.vocab_size
@@ -232,7 +262,7 @@ class GPT2:
       raise ValueError(f"last is {last}: it must be in 1..{T}, the number of tokens")
     if not 1 <= rows <= MAX_ROWS:
       raise ValueError(f"rows is {rows}: it must be in 1..{MAX_ROWS}")
-    self.make_cache()
+    self.prepare()
     rows, out = 1 if T == 1 else rows, []
     step = self.step(rows, head)
     for b in range(0, T, rows):

@@ -211,10 +211,10 @@ def compiled(target: GPT2, kind: Callable[..., Compiled], *args) -> Compiled:
   with the same models and settings replays it, and it goes when the target goes."""
   calls = target.rounds
   if (kind, *args) not in calls:
-    target.make_cache()
+    target.prepare()
     for model in args:
       if isinstance(model, GPT2):
-        model.make_cache()
+        model.prepare()
     calls[(kind, *args)] = kind(target, *args)
   return calls[(kind, *args)]
 
@@ -361,7 +361,7 @@ def prefill(model: GPT2, tokens: list[int], sampling: Sampling, rows: int) -> No
   """Feed a prompt's tokens into model's KV cache, in compiled steps of `rows` rows (their results unread)."""
   if not tokens:
     return
-  model.make_cache()
+  model.prepare()
   step = model.step(rows if len(tokens) > 1 else 1, sampling)
   for b in range(0, len(tokens), rows):
     step(b, *tokens[b:b + rows])
@@ -458,7 +458,7 @@ def speculative_sample(target: GPT2, draft: GPT2 | NgramDraft, prompt_tokens: li
 def time_step(model: GPT2, rows: int, sampling: Sampling, reps: int = 5) -> float:
   """Seconds of one compiled step of `rows` rows alone (median of reps replays, compiled first, waiting for
   the device): what c and t(K+1)/t(1) are computed from, since a fused round cannot time its parts."""
-  model.make_cache()
+  model.prepare()
   step, times = model.step(rows, sampling), []
   for _ in range(reps + 2):  # the first two compile and capture
     begin = time.perf_counter()
