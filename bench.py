@@ -537,7 +537,7 @@ def run_table(args: argparse.Namespace, Ks: list[int], sampling: Sampling) -> No
   print_report(args, rows, sizes, sampling, prompts, source, load)
   print(kernels(compiled_calls(target, draft), target.search))
   costs = step_costs(target, draft, Ks, sampling)
-  print(costs_line(costs))
+  print(textwrap.fill(costs_line(costs), 110))
   bandwidth = print_floor(args, rows, sizes[0])
   results = {"device": machine(), "target": args.target, "draft": args.draft, "random_weights": args.random,
              "temperature": sampling.temperature, "prompts": prompts, "max_new_tokens": args.max_new_tokens,

@@ -42,6 +42,9 @@ def test_table_has_ms_per_round_the_alpha_line_and_the_floor(tmp_path):
   assert re.search(r"predicted at α = 0\.8 .*K=2 \d+\.\d\dx", out.stdout, re.S)
   assert "memory-bandwidth floor" in out.stdout
   assert re.search(r"Algorithm 1 per token: .*x the floor", out.stdout)
+  assert re.search(r"a target step of K\+1 = 3 rows, alone: .*x the floor", out.stdout)
+  assert re.search(r"kernels per step.*: target 1 row \d+ \(\d\.\d\dx\), 3 rows \d+ \(\d\.\d\dx\); draft 1 row \d+ "
+                   r"\(\d\.\d\dx\), 3 rows \d+", out.stdout)
   assert "runs (K values × prompts)" in out.stderr
   assert "kernels: tinygrad's default ones (the search is off" in out.stdout  # the suite runs with BEAM=0
 
@@ -50,12 +53,17 @@ def test_scoring_prints_total_host_and_ratio_per_T():
   assert out.returncode == 0, out.stderr
   lines = out.stdout.splitlines()
   header = next(i for i, line in enumerate(lines) if "total ms" in line)
-  assert lines[header].split() == ["T", "total", "ms", "host", "ms", "host", "share", "t(T)/t(1)", "GFLOP/s"]
+  assert lines[header].split() == ["T", "total", "ms", "host", "ms", "host", "share", "t(T)/t(1)", "GFLOP/s",
+                                   "kernels", "bytes", "÷", "weights"]
   rows = [line.split() for line in lines[header + 1:header + 9]]
   assert [row[0] for row in rows] == [str(T) for T in range(1, 9)]
   assert all(re.fullmatch(r"\d+\.\d{3}", row[1]) and re.fullmatch(r"\d+\.\d{3}", row[2]) for row in rows)
   assert rows[0][4] == "1.00" and all(re.fullmatch(r"\d+\.\d\d", row[4]) for row in rows)
   assert all(re.fullmatch(r"\d+\.\d", row[5]) for row in rows)
+  kernels = [int(row[6]) for row in rows]  # more rows add the causal mask and token ids, a few kernels
+  assert kernels[0] < kernels[1] <= kernels[-1] <= kernels[0] + 12, kernels
+  # a tiny model's weights are mostly its embedding, so its logits and their softmax weigh more than in GPT-2
+  assert all(re.fullmatch(r"\d+\.\d{3}", row[7]) and float(row[7]) > 0.9 for row in rows)
   assert "memory-bandwidth floor" in out.stdout and "x the floor" in out.stdout  # the bandwidth, measured
   assert "kernels: tinygrad's default ones" in out.stdout
 
@@ -76,7 +84,7 @@ def test_scoring_on_null_reports_host_work_and_no_arithmetic_rate():
   assert out.returncode == 0, out.stderr
   lines = out.stdout.splitlines()
   header = next(i for i, line in enumerate(lines) if "total ms" in line)
-  assert [line.split()[-1] for line in lines[header + 1:header + 9]] == ["-"] * 8
+  assert [line.split()[5] for line in lines[header + 1:header + 9]] == ["-"] * 8
   assert "host work only" in out.stdout
 
 @pytest.mark.skipif(not TOKENIZER_DIR.is_dir(), reason=f"--prompt needs GPT-2's tokenizer in {TOKENIZER_DIR}")
