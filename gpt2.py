@@ -50,9 +50,17 @@ ROWS = 4       # default kernels read a weight once for all rows only when 3 or 
 
 # Kernel search: BEAM times candidate layouts of each kernel and keeps the fastest (2 to 3 times faster than
 # the default kernels on a CPU), but takes minutes per step. So no call searches: a step compiles with default
-# kernels until search_step has searched it on this machine (kept in ~/.cache/tinygrad). BEAM=0: no search.
-SEARCH = int(os.environ.get("BEAM", 2))
-BEAM.value = 0  # tinygrad reads BEAM too: outside search_step (loading, training, sampling) nothing searches
+# kernels until Compiled.search has searched it on this machine (kept in ~/.cache/tinygrad). BEAM=0: no search;
+# BEAM=N: N candidates kept at each stage of the search, by default 4 on a GPU (an H100's gpt2-xl step of 5 rows
+# then cost 1.41 times one row, against 1.78 at 2, for 134 s of search instead of 74) and 2 on the CPU device,
+# whose searches are slower.
+SEARCH = int(os.environ["BEAM"]) if "BEAM" in os.environ else None
+BEAM.value = 0  # tinygrad reads BEAM too: outside Compiled.search (loading, training, sampling) nothing searches
+
+def search_width(device: str) -> int:
+  """How wide a search of the kernels is on the device: BEAM if set, else as above; 0 on DEV=NULL, which runs
+  no kernel to time."""
+  return 0 if device == "NULL" else SEARCH if SEARCH is not None else 2 if device == "CPU" else 4
 # what a step's kernels depend on besides its shape: this file and the sampling heads
 SOURCE = hashlib.sha256(b"".join((pathlib.Path(__file__).parent / f).read_bytes()
                                  for f in ("gpt2.py", "sampling.py"))).hexdigest()[:16]
@@ -96,7 +104,7 @@ class Attention:
     # divisions and no kernel: exp(scores - max) then reads only two buffers, which tinygrad computes inside the
     # product's load instead of writing it out (3 kernels: max, sum, product; softmax first took 4)
     e = (scores - scores.max(-1, keepdim=True)).exp()
-    y = ((e @ v.float()) / e.sum(-1, keepdim=True)).cast(x.dtype)
+    y = ((e @ v.float()) / e.sum(-1, keepdim=True)).cast(x.dtype).contiguous()  # divided once, not in c_proj's load
     return self.c_proj(y.transpose(1, 2).reshape(B, T, C))
 
 class LayerNorm:
@@ -108,11 +116,16 @@ class LayerNorm:
     self.weight, self.bias, self.eps = Tensor.ones(C), Tensor.zeros(C), eps
 
   def __call__(self, x: Tensor) -> Tensor:
-    # E[x] and E[x²] in one reduction, in float32 (in float16, x² overflows past 256)
+    # E[x] and 1/sqrt(var + eps) in one kernel, var = E[x²] - E[x]² in float32 (in float16, x² overflows past
+    # 256; rounding can take it below 0 when var is near 0): the load that normalises then takes no square root
     xf = x.float()
-    mean, mean_sq = Tensor.stack(xf, xf * xf).mean(-1, keepdim=True)
-    var = (mean_sq - mean * mean).maximum(0)  # rounding can take E[x²] - E[x]² below 0 when var is near 0
-    return ((xf - mean) * (var + self.eps).rsqrt() * self.weight + self.bias).cast(x.dtype)
+    mean = xf.mean(-1, keepdim=True)
+    rstd = ((xf * xf).mean(-1, keepdim=True) - mean * mean).maximum(0).add(self.eps).rsqrt()
+    mean, rstd = Tensor.stack(mean, rstd).contiguous()
+    normalised = ((xf - mean) * rstd * self.weight + self.bias).cast(x.dtype)
+    # Inside the matmul's load it is redone for every output column: on tinygrad's CPU device, where arithmetic
+    # is scarce, that made a 5-row step's matmuls up to 1.5 times slower, so there it is written out once
+    return normalised.contiguous() if x.device == "CPU" else normalised
 
   def pack(self) -> None:
     """Make weight and bias the two rows of one buffer (a load replaces them: it unpacks them, still correct)."""
@@ -182,7 +195,7 @@ class GPT2:
     self.ln_f = LayerNorm(cfg.n_embd, cfg.norm_eps)
     self.steps: dict[tuple[int, Head | None], Compiled] = {}  # by (rows, head)
     self.rounds: dict[tuple, Compiled] = {}  # speculative.py's compiled calls with this model as the target
-    self.search = 0 if Device.DEFAULT == "NULL" else SEARCH  # DEV=NULL runs no kernel, so nothing to time
+    self.search = search_width(Device.DEFAULT)
 
   def prepare(self) -> None:
     """Once, before the first compiled step: allocate the zeroed KV caches that compiled steps point at (stale

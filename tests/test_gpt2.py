@@ -140,7 +140,7 @@ def test_search_is_never_in_a_call_and_gives_the_same_logits(tmp_path, monkeypat
   assert searches() == 0 and model.unsearched() == [model.step(BLOCK, None)], "a call searched"
   model.step(BLOCK, None).search()
   n = searches()
-  assert n > 0 and model.unsearched() == [], "search_step searched nothing"
+  assert n > 0 and model.unsearched() == [], "Compiled.search searched nothing"
   got = logits(model, tokens, 0)
   np.testing.assert_allclose(got, logits(ref, tokens, 0), atol=1e-5)
   assert searches() == n, "a replay searched again"
