@@ -100,11 +100,12 @@ class Attention:
     scores = q.matmul(k.transpose(2, 3), dtype=dtypes.float32) / math.sqrt(self.head_dim)
     if mask is not None:
       scores = scores + mask
-    # softmax(scores) @ v, with the division by the softmax's sum after the product, where it costs T × head_dim
-    # divisions and no kernel: exp(scores - max) then reads only two buffers, which tinygrad computes inside the
-    # product's load instead of writing it out (3 kernels: max, sum, product; softmax first took 4)
+    # softmax(scores) @ v, dividing by the softmax's sum after the product, in its epilogue (T × head_dim
+    # divisions): exp(scores - max) then reads only two buffers, which tinygrad computes inside the product's load
+    # instead of writing it out (3 kernels: max, sum, product; softmax first took 4). y is written out: left to
+    # c_proj, its division would be redone in c_proj's load for every output column
     e = (scores - scores.max(-1, keepdim=True)).exp()
-    y = ((e @ v.float()) / e.sum(-1, keepdim=True)).cast(x.dtype).contiguous()  # divided once, not in c_proj's load
+    y = ((e @ v.float()) / e.sum(-1, keepdim=True)).cast(x.dtype).contiguous()
     return self.c_proj(y.transpose(1, 2).reshape(B, T, C))
 
 class LayerNorm:
