@@ -80,6 +80,11 @@ def symbolic_ids(ids: tuple[UOp, ...]) -> Tensor:
   """Token ids given as Variables, as the int32 Tensor that forward takes: numbers bound at each call."""
   return Tensor.cat(*[Tensor.full((1,), i, dtype=dtypes.int32) for i in ids])
 
+def causal_mask(T: int, start_pos: int | UOp) -> Tensor | None:
+  """The attention mask of T queries at positions start_pos..: -inf where query i (at start_pos+i) may not see
+  a key, one past start_pos+i. None for one query, which sees every key in the cache."""
+  return Tensor.full((1, 1, T, start_pos + T), float("-inf")).triu(start_pos + 1) if T > 1 else None
+
 class Attention:
   def __init__(self, cfg: GPT2Config):
     self.n_head, self.head_dim = cfg.n_head, cfg.n_embd // cfg.n_head
@@ -98,12 +103,13 @@ class Attention:
     self.cache_kv[:, :, :, start_pos:start_pos + T].assign(Tensor.stack(k, v))
     k, v = self.cache_kv[0, :, :, :start_pos + T], self.cache_kv[1, :, :, :start_pos + T]
     scores = q.matmul(k.transpose(2, 3), dtype=dtypes.float32) / math.sqrt(self.head_dim)
+    mask = causal_mask(T, start_pos) if mask is None else mask  # forward passes one for all layers
     if mask is not None:
       scores = scores + mask
     # softmax(scores) @ v, dividing by the softmax's sum after the product, in its epilogue (T × head_dim
-    # divisions): exp(scores - max) then reads only two buffers, which tinygrad computes inside the product's load
-    # instead of writing it out (3 kernels: max, sum, product; softmax first took 4). y is written out: left to
-    # c_proj, its division would be redone in c_proj's load for every output column
+    # divisions): exp(scores - max) then reads only two buffers, which tinygrad computes inside the product's
+    # load instead of writing it out (3 kernels: max, sum, product; softmax first took 4). y is written out:
+    # left to c_proj, its division would be redone in c_proj's load for every output column
     e = (scores - scores.max(-1, keepdim=True)).exp()
     y = ((e @ v.float()) / e.sum(-1, keepdim=True)).cast(x.dtype).contiguous()
     return self.c_proj(y.transpose(1, 2).reshape(B, T, C))
@@ -218,9 +224,7 @@ class GPT2:
     x = self.wte.weight[ids].unsqueeze(0)  # a gather: reads T rows of the embedding, not all of it
     # a step's padding rows may sit past the context's end: give them zero position embeddings there
     x = x + self.wpe.weight.pad(((0, MAX_ROWS - 1), None))[start_pos:start_pos + T]
-    # causal mask: query i (at position start_pos+i) sees keys 0 .. start_pos+i. One Tensor for all layers, so
-    # one kernel makes it (made in each layer, it took a kernel per layer)
-    mask = Tensor.full((1, 1, T, start_pos + T), float("-inf")).triu(start_pos + 1) if T > 1 else None
+    mask = causal_mask(T, start_pos)  # one Tensor for all layers, one kernel (made in each, a kernel per layer)
     for block in self.h:
       x = block(x, start_pos, mask)
     # The LM head is tied to the token embedding, over 50304 tokens, not 50257 (a prime, which no thread count

@@ -74,6 +74,17 @@ def test_cache_is_exact(tiny_pair):
       assert np.abs(logits(model, seq[n:n + T], n) - full[n:n + T]).max() <= 1e-4
       n = n + T if rng.random() < 0.7 else int(rng.integers(1, n + T))  # keep all, or roll back
 
+def test_blocks_called_alone_are_causal(tiny_pair):
+  """Notebook 02 runs the blocks one by one, passing no mask: each makes its own, and the logits are the model's."""
+  model, ref = tiny_pair
+  tokens = [5, 17, 3, 99, 42, 8]
+  model.prepare()
+  x = model.wte(Tensor([tokens], dtype=dtypes.int32)) + model.wpe.weight[:len(tokens)]
+  for block in model.h:
+    x = block(x, 0)
+  by_blocks = (model.ln_f(x[0]) @ model.wte.weight.T).numpy()
+  assert np.abs(by_blocks - logits(ref, tokens, 0)).max() <= 1e-4
+
 def test_steady_state_compiles_nothing(tiny_pair):
   """T=1 and T=K+1 replay their TinyJit: after two warm-up calls, calls at new positions compile no kernel."""
   model, _ = tiny_pair
