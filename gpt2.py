@@ -115,10 +115,10 @@ class Attention:
     return self.c_proj(y.transpose(1, 2).reshape(B, T, C))
 
 class LayerNorm:
-  """GPT-2's layer norm, in one kernel: the statistics of x, then the normalisation done inside the next
-  matmul's load. tinygrad computes an elementwise result inside its consumer, instead of writing it out, only
-  when it reads at most 3 buffers: here x, its statistics and this norm's parameters. So the two statistics
-  come from one reduction, and GPT2.prepare packs weight and bias into the rows of one buffer."""
+  """GPT-2's layer norm, in one kernel (but on the CPU device): the statistics of x, then the normalisation done
+  inside the next matmul's load. tinygrad computes an elementwise result inside its consumer, instead of writing
+  it out, only when it reads at most 3 buffers: here x, its statistics and this norm's parameters. So both
+  statistics come from one kernel, and GPT2.prepare packs weight and bias into the rows of one buffer."""
   def __init__(self, C: int, eps: float):
     self.weight, self.bias, self.eps = Tensor.ones(C), Tensor.zeros(C), eps
 
