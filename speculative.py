@@ -74,10 +74,11 @@ def row(x: Tensor, i: Tensor) -> Tensor:
   mask = Tensor.arange(x.shape[-2]) == i.unsqueeze(-1)
   return mask.unsqueeze(-1).where(x, 0).sum(-2)
 
-def non_finite(*probs: Tensor) -> Tensor:
-  """1 if any row of any of probs sums to NaN or infinity (corrupt weights), else 0: int32 ()."""
+def flagged(result: Tensor, *probs: Tensor) -> Tensor:
+  """What a compiled call returns: its int32 result, then 1 if any row of any of probs sums to NaN or infinity
+  (corrupt weights), else 0."""
   sums = Tensor.cat(*[p.sum(-1).flatten() for p in probs])
-  return (sums.isnan() | sums.isinf()).max().cast(dtypes.int32)
+  return result.cat((sums.isnan() | sums.isinf()).max().cast(dtypes.int32).reshape(1)).contiguous()
 
 # ***** Algorithm 2's lines, as Tensor code *****
 
@@ -167,7 +168,7 @@ def model_round(target: GPT2, draft: GPT2, K: int, sampling: Sampling) -> Compil
       ids = symbolic_ids((before, last))
       drafts, p = propose(draft, ids, start, j, K, sampling, bits[K + 2:])
       q = score(target, ids[1:].cat(drafts), start + j, sampling).realize()
-      return verify(drafts, p, q, k, bits[:K + 2]).cat(non_finite(p, q).reshape(1)).contiguous()
+      return flagged(verify(drafts, p, q, k, bits[:K + 2]), p, q)
     variables = [bound("start", n_ctx - 2), bound("j", 1), bound("before", V - 1), bound("last", V - 1),
                  bound("k", K), bound("seed", SEED_MAX), bound("round", SEED_MAX)]
     return run, variables
@@ -184,8 +185,7 @@ def lookup_round(target: GPT2, K: int, sampling: Sampling) -> Compiled:
       *given, k, seed, counter, start = rest
       drafts = symbolic_ids(given)
       q = score(target, symbolic_ids((last, *given)), start, sampling)
-      out = verify(drafts, one_hot(drafts, V), q, k, random_bits(seed, counter, K + 2))
-      return out.cat(non_finite(q).reshape(1)).contiguous()
+      return flagged(verify(drafts, one_hot(drafts, V), q, k, random_bits(seed, counter, K + 2)), q)
     variables = [bound("last", V - 1), *[bound(f"draft{t}", V - 1) for t in range(K)], bound("k", K),
                  bound("seed", SEED_MAX), bound("round", SEED_MAX), bound("start", n_ctx - 1)]
     return run, variables
@@ -199,7 +199,7 @@ def token_step(target: GPT2, sampling: Sampling) -> Compiled:
   def build(searched: bool) -> tuple[Callable[..., Tensor], list[UOp]]:
     def run(last: UOp, seed: UOp, counter: UOp, start: UOp) -> Tensor:
       q = score(target, symbolic_ids((last,)), start, sampling)
-      return draw(q, random_bits(seed, counter, 2).reshape(1, 2)).cat(non_finite(q).reshape(1)).contiguous()
+      return flagged(draw(q, random_bits(seed, counter, 2).reshape(1, 2)), q)
     variables = [bound("last", V - 1), bound("seed", SEED_MAX), bound("round", SEED_MAX),
                  bound("start", n_ctx - 1)]
     return run, variables
