@@ -13,7 +13,8 @@ blank lines and the margins of nested paragraphs, whose tokens drew greedy text 
 GPT-2's tokenizer and all its 50257 tokens, but train on the 4,923 that the corpus uses (an output layer 10
 times narrower, so 10 times cheaper here); the others get one shared row that keeps their total probability
 below 1e-6 (see expand). Each model is early stopped and then temperature-scaled on the held-out topics
-(calibrate).
+(calibrate). --unlikelihood N then fine-tunes it against the loops of greedy text (finetune), an experiment that
+the shipped pair does not use yet (docs/demo.md).
 
 The training loop runs in PyTorch, on Hugging Face's own GPT2LMHeadModel (requirements-hf.txt): on a CPU core it
 trains these shapes 8 to 17 times faster than tinygrad 0.14's default kernels (docs/demo.md has the figures),
@@ -24,6 +25,7 @@ starts over.
 """
 from __future__ import annotations
 import argparse, json, math, pathlib, re, sys, textwrap, time
+from collections import Counter
 from dataclasses import dataclass
 import numpy as np
 from tinygrad import Tensor, TinyJit, dtypes
@@ -47,6 +49,10 @@ class Recipe:
   eval_every: int = 100
   patience: int = 4     # stop after this many evaluations without a better validation loss
   smoothing: float = 0.0  # label smoothing: the training targets put this much mass evenly on every token
+  unlikelihood: int = 0   # then this many steps of sequence-level unlikelihood fine-tuning (see finetune)
+  unlikelihood_lr: float = 3e-4  # its peak learning rate
+  cross_entropy_every: int = 2   # every this many of its steps is training's cross-entropy, the others unlikelihood
+  unlikelihood_share: float = 1.0  # the final weights: this share of the way from the early-stopped to the fine-tuned
 
 SIZES = {  # the recipes of the shipped pair; docs/demo.md has the others tried
   "target": Recipe(GPT2Config(n_layer=4, n_head=4, n_embd=256, n_ctx=256), 1200, 1e-3, 0.1, 0.1, smoothing=0.02),
@@ -148,6 +154,37 @@ def perplexity(model: GPT2, tokens: np.ndarray, T: int | None = None, used: np.n
   total = sum(nll(Tensor(x[i:i + 1]).realize(), Tensor(y[i:i + 1]).realize()).item() for i in range(len(x)))
   return math.exp(total / y.size)
 
+# --- greedy text ---
+
+def sentence_faults(text: str, words: set[str]) -> list[str]:
+  """What keeps text from being sentences of the docs: fewer than 25 words, a run of blank lines, under 90 %
+  of its words (runs of letters) words of the corpus, a 4-gram of words repeated more than twice."""
+  found = re.findall(r"[A-Za-z]+", text)
+  faults = []
+  if len(found) < 25:
+    faults.append(f"{len(found)} words")
+  if re.search(r"\n[ \t]*\n[ \t]*\n", text):
+    faults.append("a run of blank lines")
+  if found and sum(w in words for w in found) < 0.9 * len(found):
+    faults.append(f"{sum(w not in words for w in found)} of {len(found)} words not in the corpus")
+  grams = Counter(tuple(w.lower() for w in found[i:i + 4]) for i in range(len(found) - 3))
+  if grams and max(grams.values()) > 2:
+    faults.append(f"the 4-gram {' '.join(grams.most_common(1)[0][0])!r} {grams.most_common(1)[0][1]} times")
+  return faults
+
+def openings(val_text: str, n: int) -> list[str]:
+  """n sentence openings (a capital word and five lower-case words) drawn (seed 1) from the held-out topics' text:
+  docs-style prompts that the training text cannot hold verbatim and that nobody chose by hand."""
+  found = list(dict.fromkeys(re.findall(r"(?:^|(?<=\. ))([A-Z][a-z]+(?: [a-z]+){5})", val_text, re.M)))
+  return [found[i] for i in sorted(np.random.default_rng(1).choice(len(found), n, replace=False))]
+
+def greedy_faults(model: GPT2, enc, prompts: list[str], words: set[str]) -> list[tuple[str, str, list[str]]]:
+  """(prompt, text, faults) for each prompt whose greedy continuation (64 tokens) sentence_faults finds fault with."""
+  from speculative import autoregressive_sample
+  texts = [enc.decode(autoregressive_sample(model, enc.encode(p), 64, temperature=0, eos=None)[0]) for p in prompts]
+  found = [(p, text, sentence_faults(text, words)) for p, text in zip(prompts, texts)]
+  return [f for f in found if f[2]]
+
 # --- the full vocabulary ---
 
 def expand(model: GPT2, used: np.ndarray) -> GPT2:
@@ -242,10 +279,173 @@ def calibrate(hf, val: np.ndarray, T: int) -> float:
     hf.transformer.ln_f.bias /= best
   return best
 
+def optimizer(hf, lr: float, weight_decay: float):
+  """AdamW (beta = 0.9, 0.95), with weight decay on the matrices and embeddings only."""
+  import torch
+  decay = [p for n, p in hf.named_parameters() if p.dim() == 2]
+  rest = [p for n, p in hf.named_parameters() if p.dim() != 2]
+  return torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}],
+                           lr=lr, betas=(0.9, 0.95))
+
+def cross_entropy(hf, tokens: np.ndarray, seed: int, step: int, r: Recipe):
+  """Training's loss on batch `step`: the next-token cross-entropy, label-smoothed."""
+  import torch
+  x, y = batch(tokens, seed, step, r.batch, r.shape.n_ctx)
+  logits = hf(torch.from_numpy(x.astype(np.int64))).logits
+  return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                           torch.from_numpy(y.astype(np.int64)).reshape(-1),
+                                           label_smoothing=r.smoothing)
+
+def repeats(seq: list[int], start: int, n: int = 4) -> np.ndarray:
+  """True at every token of seq[start:] that lies in an n-gram which seq[start:] already held: a loop's tokens."""
+  loop, seen = np.zeros(len(seq), bool), set()
+  for i in range(start, len(seq) - n + 1):
+    gram = tuple(seq[i:i + n])
+    if gram in seen:
+      loop[i:i + n] = True
+    seen.add(gram)
+  return loop
+
+def greedy_loops(hf, tokens: np.ndarray, rng: np.random.Generator, B: int = 8, new: int = 64):
+  """The model's greedy continuations (`new` tokens, as it writes them: no dropout) of B prefixes of the training
+  text, 4 to 32 tokens long, and where they loop: the (B, P + new) tokens, and (B, new) True at every token of a
+  continuation that lies in a 4-gram the continuation already held (repeats)."""
+  import torch
+  P = int(rng.integers(4, 33))
+  prefix = torch.from_numpy(np.stack([tokens[s:s + P] for s in rng.integers(0, len(tokens) - P, B)]).astype(np.int64))
+  hf.eval()
+  with torch.no_grad():
+    seq = hf.generate(prefix, attention_mask=torch.ones_like(prefix), max_new_tokens=new, do_sample=False,
+                      pad_token_id=0)
+  hf.train()
+  return seq, torch.from_numpy(np.stack([repeats(row, P)[P:] for row in seq.tolist()]))
+
+def unlikelihood_loss(hf, seq, loop):
+  """Sequence-level unlikelihood (Welleck et al. 2020, "Neural Text Generation with Unlikelihood Training", 5.2):
+  each token of seq's continuations (its last loop.shape[1] tokens) where loop is True is pushed down, by
+  -log(1 - p(token)); the mean over the continuations' tokens."""
+  import torch
+  new = loop.shape[1]
+  p = hf(seq[:, :-1]).logits[:, -new:].softmax(-1).gather(-1, seq[:, -new:, None])[..., 0]
+  return -(torch.log((1 - p).clamp(min=1e-5)) * loop).sum() / loop.numel()
+
+def step(hf, opt, loss) -> None:
+  """One optimiser step on loss, then ln_f's last feature pinned again (see pin)."""
+  opt.zero_grad()
+  loss.backward()
+  opt.step()
+  pin(hf)
+
+def fingerprint(r: Recipe, seed: int, ignore: tuple[str, ...]) -> str:
+  """What marks a phase's saved state as its own: the seed and the recipe's fields but those it ignores."""
+  return repr({k: v for k, v in r.__dict__.items() if k not in ignore}) + f"|seed={seed}"
+
+def resume(ckpt: pathlib.Path, phase: str, recipe: str, hf, opt, state: dict) -> dict:
+  """The saved state of this phase of a run (ckpt/<phase>.json and .pt) if it was made by the same recipe, with
+  the model and optimiser loaded from it; else state, to start over."""
+  import torch
+  if not (ckpt / f"{phase}.json").is_file():
+    return state
+  saved = json.loads((ckpt / f"{phase}.json").read_text())
+  if saved.get("recipe") != recipe:
+    print(f"{ckpt} holds another recipe ({saved.get('recipe')}): starting over", file=sys.stderr)
+    return state
+  blob = torch.load(ckpt / f"{phase}.pt", weights_only=True)
+  hf.load_state_dict(blob["model"])
+  opt.load_state_dict(blob["opt"])
+  print(f"resuming {phase} at step {saved['step']} from {ckpt}", file=sys.stderr)
+  return saved
+
+def save(ckpt: pathlib.Path, phase: str, recipe: str, hf, opt, state: dict) -> None:
+  """What resume reads: the model, the optimiser and the phase's state, marked with its recipe."""
+  import torch
+  ckpt.mkdir(parents=True, exist_ok=True)
+  torch.save({"model": hf.state_dict(), "opt": opt.state_dict()}, ckpt / f"{phase}.pt")
+  (ckpt / f"{phase}.json").write_text(json.dumps(state | {"recipe": recipe}))
+
+def pretrain(hf, r: Recipe, ckpt: pathlib.Path, train_ids: np.ndarray, val_ids: np.ndarray, seed: int,
+             fresh: bool) -> None:
+  """Training proper: cross-entropy on random windows, the held-out topics scored every r.eval_every steps and
+  the best weights kept (ckpt/best.pt); stop r.patience evaluations after the best or at r.steps. Ends with the
+  best weights in hf."""
+  import torch
+  opt = optimizer(hf, r.lr, r.weight_decay)
+  recipe = fingerprint(r, seed, ("unlikelihood", "unlikelihood_lr", "cross_entropy_every", "unlikelihood_share"))
+  state = {"step": 0, "best": float("inf"), "best_step": 0, "history": []}
+  state = state if fresh else resume(ckpt, "state", recipe, hf, opt, state)
+  t0, s0 = time.perf_counter(), state["step"]
+  hf.train()
+  while state["step"] < r.steps and state["step"] - state["best_step"] < r.patience * r.eval_every:
+    s = state["step"]
+    torch.manual_seed(seed * 1_000_003 + s)  # dropout's masks: the same for a resumed run
+    for g in opt.param_groups:
+      g["lr"] = learning_rate(s, r.steps, r.lr, r.warmup)
+    loss = cross_entropy(hf, train_ids, seed, s, r)
+    step(hf, opt, loss)
+    state["step"] = s + 1
+    if state["step"] % r.eval_every == 0 or state["step"] == r.steps:
+      val = val_loss(hf, val_ids, r.shape.n_ctx)
+      rate = r.batch * r.shape.n_ctx * (state["step"] - s0) / (time.perf_counter() - t0)
+      epochs = state["step"] * r.batch * r.shape.n_ctx / len(train_ids)
+      state["history"].append([state["step"], round(loss.item(), 4), round(val, 4)])
+      print(f"step {state['step']} ({epochs:.1f} epochs): training loss {loss.item():.3f}, validation loss "
+            f"{val:.3f}, perplexity {math.exp(val):.1f}; {rate:.0f} tokens/s", file=sys.stderr, flush=True)
+      if val < state["best"]:
+        state["best"], state["best_step"] = val, state["step"]
+        ckpt.mkdir(parents=True, exist_ok=True)
+        torch.save(hf.state_dict(), ckpt / "best.pt")
+      save(ckpt, "state", recipe, hf, opt, state)
+  hf.load_state_dict(torch.load(ckpt / "best.pt", weights_only=True))
+  print(f"the best: step {state['best_step']}, validation perplexity {math.exp(state['best']):.1f}", file=sys.stderr)
+
+def finetune(hf, r: Recipe, ckpt: pathlib.Path, train_ids: np.ndarray, val_ids: np.ndarray, seed: int,
+             fresh: bool) -> None:
+  """r.unlikelihood steps from the early-stopped weights, against the loops of greedy text ("the target is
+  evaluated once, the target is evaluated once, ..."): each step of r.cross_entropy_every that is not the last
+  pushes down the loops of the model's own greedy continuations (greedy_loops, unlikelihood_loss); the last is
+  training's cross-entropy on windows pretrain never drew, which keeps it a model of the docs (Welleck et al.
+  alternate the two). The learning rate decays along a cosine from r.unlikelihood_lr to a tenth of it. Not
+  part of the shipped pair's recipe: docs/demo.md has what it did."""
+  import torch
+  opt = optimizer(hf, r.unlikelihood_lr, r.weight_decay)
+  recipe = fingerprint(r, seed, ("unlikelihood_share",))
+  state = {"step": 0, "history": []}
+  state = state if fresh else resume(ckpt, "finetune", recipe, hf, opt, state)
+  loops = []
+  while state["step"] < r.unlikelihood:
+    s = state["step"]
+    torch.manual_seed(seed * 1_000_003 + r.steps + s)
+    for g in opt.param_groups:
+      g["lr"] = learning_rate(s, r.unlikelihood, r.unlikelihood_lr, 0)
+    if s % r.cross_entropy_every:
+      seq, loop = greedy_loops(hf, train_ids, np.random.default_rng([seed, r.steps + s]))
+      loss = unlikelihood_loss(hf, seq, loop)
+      loops.append(loop.float().mean().item())
+    else:
+      loss = cross_entropy(hf, train_ids, seed, r.steps + s, r)  # batches past pretrain's last
+    step(hf, opt, loss)
+    state["step"] = s + 1
+    if state["step"] % r.eval_every == 0 or state["step"] == r.unlikelihood:
+      val = val_loss(hf, val_ids, r.shape.n_ctx)
+      state["history"].append([state["step"], round(float(np.mean(loops)), 4), round(val, 4)])
+      print(f"unlikelihood step {state['step']}: {np.mean(loops):.0%} of greedy tokens in loops, validation "
+            f"perplexity {math.exp(val):.1f}", file=sys.stderr, flush=True)
+      loops = []
+      save(ckpt, "finetune", recipe, hf, opt, state)
+
+def interpolate(hf, start: dict, share: float) -> None:
+  """hf's weights moved to `share` of the way from `start` to where they are: start + share x (now - start),
+  weight-space ensembling of a model and its fine-tuned self (Wortsman et al. 2022, "Robust fine-tuning of
+  zero-shot models"). In our runs part of the way kept most of what fine-tuning did for greedy text and
+  predicted held-out text as well as the early-stopped weights or better (docs/demo.md has the figures)."""
+  import torch
+  with torch.no_grad():
+    hf.load_state_dict({k: start[k] + share * (v - start[k]) if v.is_floating_point() else v
+                        for k, v in hf.state_dict().items()})
+
 def train(name: str, r: Recipe, out: pathlib.Path, ckpt_root: pathlib.Path, seed: int, fresh: bool) -> None:
-  """Train one model on the corpus's tokens, evaluating on the held-out topics every r.eval_every steps and
-  keeping the best weights; stop r.patience evaluations after the best or at r.steps; save the best over the
-  full vocabulary in float16."""
+  """Train one model on the corpus's tokens (pretrain, then finetune if the recipe asks), calibrate it on the
+  held-out topics and save it over the full vocabulary in float16."""
   import torch
   torch.set_num_threads(1)  # one core: the other is for everything else
   enc = load_tokenizer()
@@ -253,77 +453,41 @@ def train(name: str, r: Recipe, out: pathlib.Path, ckpt_root: pathlib.Path, seed
   remap = np.zeros(enc.n_vocab, np.int32)
   remap[used] = np.arange(len(used))
   train_ids, val_ids = remap[train_ids], remap[val_ids]  # the corpus's tokens, numbered 0 .. len(used) - 1
-  cfg, T = r.shape, r.shape.n_ctx
+  cfg, T, t0 = r.shape, r.shape.n_ctx, time.perf_counter()
   torch.manual_seed(seed)
   hf = hf_model(cfg, len(used), r.dropout)
   pin(hf)
-  decay = [p for n, p in hf.named_parameters() if p.dim() == 2]
-  rest = [p for n, p in hf.named_parameters() if p.dim() != 2]
-  opt = torch.optim.AdamW([{"params": decay, "weight_decay": r.weight_decay}, {"params": rest, "weight_decay": 0.0}],
-                          lr=r.lr, betas=(0.9, 0.95))
-  ckpt = ckpt_root / f"train-{name}"
-  state = {"step": 0, "best": float("inf"), "best_step": 0, "history": []}
-  recipe = repr(r) + f"|seed={seed}"
-  if not fresh and (ckpt / "state.json").is_file():
-    saved = json.loads((ckpt / "state.json").read_text())
-    if saved.get("recipe") == recipe:
-      blob = torch.load(ckpt / "state.pt", weights_only=True)
-      hf.load_state_dict(blob["model"])
-      opt.load_state_dict(blob["opt"])
-      state = saved
-      print(f"resuming at step {state['step']} from {ckpt}", file=sys.stderr)
-    else:
-      print(f"{ckpt} holds another recipe ({saved.get('recipe')}): starting over", file=sys.stderr)
   print(f"{name}: {cfg.n_layer} layers, {cfg.n_embd} wide; {len(train_ids):,} training and {len(val_ids):,} "
-        f"validation tokens; up to {r.steps} steps of {r.batch} x {T} tokens", file=sys.stderr)
-  t0, s0 = time.perf_counter(), state["step"]
-  hf.train()
-  while state["step"] < r.steps and state["step"] - state["best_step"] < r.patience * r.eval_every:
-    s = state["step"]
-    x, y = batch(train_ids, seed, s, r.batch, T)
-    torch.manual_seed(seed * 1_000_003 + s)  # dropout's masks: the same for a resumed run
-    for g in opt.param_groups:
-      g["lr"] = learning_rate(s, r.steps, r.lr, r.warmup)
-    logits = hf(torch.from_numpy(x.astype(np.int64))).logits
-    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
-                                             torch.from_numpy(y.astype(np.int64)).reshape(-1),
-                                             label_smoothing=r.smoothing)
-    opt.zero_grad()
-    loss.backward()
-    opt.step()
-    pin(hf)
-    state["step"] = s + 1
-    if state["step"] % r.eval_every == 0 or state["step"] == r.steps:
-      val = val_loss(hf, val_ids, T)
-      rate = r.batch * T * (state["step"] - s0) / (time.perf_counter() - t0)
-      epochs = state["step"] * r.batch * T / len(train_ids)
-      state["history"].append([state["step"], round(loss.item(), 4), round(val, 4)])
-      print(f"{name} step {state['step']} ({epochs:.1f} epochs): training loss {loss.item():.3f}, validation "
-            f"loss {val:.3f}, perplexity {math.exp(val):.1f}; {rate:.0f} tokens/s", file=sys.stderr, flush=True)
-      ckpt.mkdir(parents=True, exist_ok=True)
-      if val < state["best"]:
-        state["best"], state["best_step"] = val, state["step"]
-        torch.save(hf.state_dict(), ckpt / "best.pt")
-      torch.save({"model": hf.state_dict(), "opt": opt.state_dict()}, ckpt / "state.pt")
-      (ckpt / "state.json").write_text(json.dumps(state | {"recipe": recipe}))
-  hf.load_state_dict(torch.load(ckpt / "best.pt", weights_only=True))
+        f"validation tokens; up to {r.steps} steps of {r.batch} x {T} tokens, then {r.unlikelihood} of "
+        f"unlikelihood", file=sys.stderr)
+  ckpt = ckpt_root / f"train-{name}"
+  pretrain(hf, r, ckpt, train_ids, val_ids, seed, fresh)
+  if r.unlikelihood:
+    start = {k: v.clone() for k, v in hf.state_dict().items()}
+    finetune(hf, r, ckpt, train_ids, val_ids, seed, fresh)
+    interpolate(hf, start, r.unlikelihood_share)
   temperature = calibrate(hf, val_ids, T)
   save_model(expand(to_gpt2(hf, cfg, len(used)), used), out / name, dtypes.float16)
-  print(f"{name}: the best, step {state['best_step']} (validation perplexity {math.exp(state['best']):.1f}; "
-        f"{math.exp(val_loss(hf, val_ids, T)):.1f} at temperature {temperature:.3f}, folded into ln_f), saved to "
-        f"{out / name} after {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+  print(f"{name}: validation perplexity {math.exp(val_loss(hf, val_ids, T)):.1f} at temperature "
+        f"{temperature:.3f} (folded into ln_f), saved to {out / name} after {time.perf_counter() - t0:.0f} s",
+        file=sys.stderr)
 
-def evaluate(folders: dict[str, pathlib.Path]) -> dict[str, float]:
+def evaluate(folders: dict[str, pathlib.Path], prompts: int = 24) -> dict[str, float]:
   """Held-out perplexity of each saved model (as shipped: float16 files, through gpt2.py) and of the bigram
-  baseline, printed with the ratios."""
+  baseline, printed with the ratios; and how many greedy continuations of `prompts` held-out sentence openings
+  fail the sentence check."""
   from weights import load_model
   enc = load_tokenizer()
   train_ids, val_ids, used = corpus(enc)
+  text = enc.decode(np.concatenate([train_ids, val_ids]).tolist())
+  words, starts = set(re.findall(r"[A-Za-z]+", text)), openings(enc.decode(val_ids.tolist()), prompts)
   result = {"bigram": bigram_perplexity(train_ids, val_ids, used)}
+  print(f"  bigram: held-out perplexity {result['bigram']:7.1f}")
   for name, folder in folders.items():
-    result[name] = perplexity(load_model(str(folder)), val_ids, 256, used)
-  for name, ppl in result.items():
-    print(f"{name:>8}: held-out perplexity {ppl:7.1f}, {ppl / result['bigram']:.3f} x the bigram's")
+    model = load_model(str(folder))
+    result[name], faults = perplexity(model, val_ids, 256, used), greedy_faults(model, enc, starts, words)
+    print(f"{name:>8}: held-out perplexity {result[name]:7.1f}, {result[name] / result['bigram']:.3f} x the "
+          f"bigram's; greedy text of {len(faults)} of {prompts} held-out openings fails the sentence check")
   return result
 
 def main() -> None:
@@ -340,6 +504,12 @@ def main() -> None:
   ap.add_argument("--smoothing", type=float, help="the recipe's label smoothing, for an experiment")
   ap.add_argument("--patience", type=int, help="the recipe's early stopping patience in evaluations, for an "
                   "experiment")
+  ap.add_argument("--unlikelihood", type=int, help="the recipe's unlikelihood fine-tuning steps, for an experiment")
+  ap.add_argument("--unlikelihood-lr", type=float, help="their peak learning rate, for an experiment")
+  ap.add_argument("--cross-entropy-every", type=int, help="every this many unlikelihood steps one of "
+                  "cross-entropy, for an experiment")
+  ap.add_argument("--unlikelihood-share", type=float, help="how far toward the fine-tuned weights, for an "
+                  "experiment")
   ap.add_argument("--name", help="the run's name, for its checkpoints and output folder (default: the model's)")
   ap.add_argument("--seed", type=int, default=0)
   ap.add_argument("--fresh", action="store_true", help="ignore a saved training state and start over")
@@ -353,7 +523,9 @@ def main() -> None:
   for name in names:
     r = SIZES[name]
     change = {"steps": args.steps, "dropout": args.dropout, "weight_decay": args.weight_decay, "lr": args.lr,
-            "smoothing": args.smoothing, "patience": args.patience}
+            "smoothing": args.smoothing, "patience": args.patience, "unlikelihood": args.unlikelihood,
+            "unlikelihood_lr": args.unlikelihood_lr, "cross_entropy_every": args.cross_entropy_every,
+            "unlikelihood_share": args.unlikelihood_share}
     r = Recipe(**{**r.__dict__, **{k: v for k, v in change.items() if v is not None}})
     train(args.name or name, r, pathlib.Path(args.out), pathlib.Path(args.checkpoints), args.seed, args.fresh)
 

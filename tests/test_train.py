@@ -1,5 +1,6 @@
 """train.py: the unwrapped corpus and its split, the bigram baseline, the export through gpt2.py that keeps the
-tokens the corpus never uses below 1e-6 of the probability, and a short training run that learns and resumes.
+tokens the corpus never uses below 1e-6 of the probability, a short training run that learns and resumes, and
+the pieces of unlikelihood fine-tuning (a loop's tokens found, and pushed down).
 No full training run: the shipped pair's own checks are in test_demo.py."""
 import json, math, re
 import numpy as np, pytest
@@ -140,3 +141,34 @@ def test_a_short_run_learns_resumes_and_saves_a_loadable_model(tmp_path):
   assert load_model(str(tmp_path / "out" / "tiny")).wte.weight.shape == (50257, 16)
   train.train("tiny", TINY, tmp_path / "out2", tmp_path / "ckpt", seed=0, fresh=False)  # nothing left to do
   assert json.loads((tmp_path / "ckpt" / "train-tiny" / "state.json").read_text())["history"] == state["history"]
+
+def test_repeats_marks_the_loops_of_the_continuation_only():
+  """repeats: every token of a 4-gram the continuation (from start) already held; the prompt's do not count."""
+  assert train.repeats([7, 1, 2, 3, 4, 1, 2, 3, 4, 5], 1).tolist() == [False] * 5 + [True] * 4 + [False]
+  assert not train.repeats([1, 2, 3, 4, 1, 2, 3, 4], 4).any()
+  assert not train.repeats(list(range(20)) + [1, 2, 3], 0).any()  # 3 tokens again are not a 4-gram
+
+def test_unlikelihood_steps_push_a_loop_down():
+  """A tiny untrained model's greedy text loops (one token over and over); greedy_loops finds the loop, and 10
+  optimiser steps on unlikelihood_loss take the probability of the loop's tokens below half of what it was.
+  Control: the same steps with a learning rate of 0 leave it as it was."""
+  torch = pytest.importorskip("torch", reason=NEEDS_HF)
+  pytest.importorskip("transformers", reason=NEEDS_HF)
+  tokens = np.random.default_rng(0).integers(0, 30, 2000)
+  def loop_probability(lr: float) -> tuple[float, float]:
+    torch.manual_seed(0)
+    hf = train.hf_model(train.GPT2Config(n_layer=1, n_head=2, n_embd=16, n_ctx=128), 30, 0.0)
+    train.pin(hf)
+    seq, loop = train.greedy_loops(hf, tokens, np.random.default_rng(0), B=4, new=32)
+    assert loop.float().mean() > 0.5
+    def p() -> float:
+      with torch.no_grad():
+        probs = hf.eval()(seq[:, :-1]).logits[:, -32:].softmax(-1).gather(-1, seq[:, -32:, None])[..., 0]
+      return probs[loop].mean().item()
+    before, opt = p(), train.optimizer(hf, lr, 0.0)
+    for _ in range(10):
+      train.step(hf.train(), opt, train.unlikelihood_loss(hf, seq, loop))
+    return before, p()
+  before, after = loop_probability(1e-2)
+  assert after < before / 2, (before, after)
+  assert loop_probability(0.0) == (before, before)
