@@ -156,10 +156,12 @@ def perplexity(model: GPT2, tokens: np.ndarray, T: int | None = None, used: np.n
 
 # --- greedy text ---
 
+WORD = re.compile(r"[A-Za-z]+")  # a word, to the sentence check: a run of letters (the corpus's words are the same)
+
 def sentence_faults(text: str, words: set[str]) -> list[str]:
   """What keeps text from being sentences of the docs: fewer than 25 words, a run of blank lines, under 90 %
   of its words (runs of letters) words of the corpus, a 4-gram of words repeated more than twice."""
-  found = re.findall(r"[A-Za-z]+", text)
+  found = WORD.findall(text)
   faults = []
   if len(found) < 25:
     faults.append(f"{len(found)} words")
@@ -480,7 +482,7 @@ def evaluate(folders: dict[str, pathlib.Path], prompts: int = 24) -> dict[str, f
   enc = load_tokenizer()
   train_ids, val_ids, used = corpus(enc)
   text = enc.decode(np.concatenate([train_ids, val_ids]).tolist())
-  words, starts = set(re.findall(r"[A-Za-z]+", text)), openings(enc.decode(val_ids.tolist()), prompts)
+  words, starts = set(WORD.findall(text)), openings(enc.decode(val_ids.tolist()), prompts)
   result = {"bigram": bigram_perplexity(train_ids, val_ids, used)}
   print(f"  bigram: held-out perplexity {result['bigram']:7.1f}")
   for name, folder in folders.items():

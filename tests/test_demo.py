@@ -35,7 +35,7 @@ def corpus():
 @pytest.fixture(scope="module")
 def words(corpus):
   enc, train_ids, val_ids, _ = corpus
-  return set(re.findall(r"[A-Za-z]+", enc.decode(np.concatenate([train_ids, val_ids]).tolist())))
+  return set(train.WORD.findall(enc.decode(np.concatenate([train_ids, val_ids]).tolist())))
 
 def test_shapes_are_what_the_docs_say():
   """docs/demo.md's table of the two models matches their config.json, and both keep GPT-2's vocabulary."""
