@@ -53,6 +53,10 @@ class Recipe:
   unlikelihood_lr: float = 3e-4  # its peak learning rate
   cross_entropy_every: int = 2   # every this many of its steps is training's cross-entropy, the others unlikelihood
   unlikelihood_share: float = 1.0  # the final weights: this share of the way from the early-stopped to the fine-tuned
+  continuations: int = 8  # greedy continuations written and checked for loops at each unlikelihood step
+  repeat_limit: int = 1  # in a greedy continuation, a 4-gram's occurrences after this many are a loop's
+  distill: bool = False  # fine-tuning's other steps: distillation from the early-stopped model, not cross-entropy
+  average: float = 0.0  # in both phases, evaluate and keep a moving average of the weights with this decay (0: none)
 
 SIZES = {  # the recipes of the shipped pair; docs/demo.md has the others tried
   "target": Recipe(GPT2Config(n_layer=4, n_head=4, n_embd=256, n_ctx=256), 1200, 1e-3, 0.1, 0.1, smoothing=0.02),
@@ -298,17 +302,29 @@ def cross_entropy(hf, tokens: np.ndarray, seed: int, step: int, r: Recipe):
                                            torch.from_numpy(y.astype(np.int64)).reshape(-1),
                                            label_smoothing=r.smoothing)
 
-def repeats(seq: list[int], start: int, n: int = 4) -> np.ndarray:
-  """True at every token of seq[start:] that lies in an n-gram which seq[start:] already held: a loop's tokens."""
-  loop, seen = np.zeros(len(seq), bool), set()
+def distillation(hf, teacher, tokens: np.ndarray, seed: int, step: int, r: Recipe):
+  """On batch `step`, the cross-entropy of hf's next-token distributions against teacher's (the early-stopped
+  model, frozen): KL(teacher || hf) up to a constant. Unlike the cross-entropy on the training text, it has
+  nothing to overfit: it keeps the model where early stopping left it, but for what unlikelihood moves."""
+  import torch
+  x = torch.from_numpy(batch(tokens, seed, step, r.batch, r.shape.n_ctx)[0].astype(np.int64))
+  with torch.no_grad():
+    target = teacher(x).logits.softmax(-1)
+  logits = hf(x).logits
+  return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1, logits.shape[-1]))
+
+def repeats(seq: list[int], start: int, n: int = 4, limit: int = 1) -> np.ndarray:
+  """True at every token of seq[start:] that lies in an n-gram which seq[start:] already held `limit` times: a
+  loop's tokens."""
+  loop, seen = np.zeros(len(seq), bool), Counter()
   for i in range(start, len(seq) - n + 1):
     gram = tuple(seq[i:i + n])
-    if gram in seen:
+    if seen[gram] >= limit:
       loop[i:i + n] = True
-    seen.add(gram)
+    seen[gram] += 1
   return loop
 
-def greedy_loops(hf, tokens: np.ndarray, rng: np.random.Generator, B: int = 8, new: int = 64):
+def greedy_loops(hf, tokens: np.ndarray, rng: np.random.Generator, limit: int, B: int = 8, new: int = 64):
   """The model's greedy continuations (`new` tokens, as it writes them: no dropout) of B prefixes of the training
   text, 4 to 32 tokens long, and where they loop: the (B, P + new) tokens, and (B, new) True at every token of a
   continuation that lies in a 4-gram the continuation already held (repeats)."""
@@ -320,7 +336,7 @@ def greedy_loops(hf, tokens: np.ndarray, rng: np.random.Generator, B: int = 8, n
     seq = hf.generate(prefix, attention_mask=torch.ones_like(prefix), max_new_tokens=new, do_sample=False,
                       pad_token_id=0)
   hf.train()
-  return seq, torch.from_numpy(np.stack([repeats(row, P)[P:] for row in seq.tolist()]))
+  return seq, torch.from_numpy(np.stack([repeats(row, P, limit=limit)[P:] for row in seq.tolist()]))
 
 def unlikelihood_loss(hf, seq, loop):
   """Sequence-level unlikelihood (Welleck et al. 2020, "Neural Text Generation with Unlikelihood Training", 5.2):
@@ -338,13 +354,27 @@ def step(hf, opt, loss) -> None:
   opt.step()
   pin(hf)
 
+def follow(avg, hf, decay: float) -> None:
+  """One step of the weights' exponential moving average (Polyak averaging): avg's weights move 1 - decay of
+  the way to hf's. Without averaging avg is hf itself."""
+  import torch
+  if avg is not hf:
+    with torch.no_grad():
+      for a, p in zip(avg.parameters(), hf.parameters()):
+        a.lerp_(p, 1 - decay)
+
+def averaged(hf, decay: float):
+  """The model whose weights follow hf's moving average (see follow), starting at hf's; hf itself with decay 0."""
+  import copy
+  return copy.deepcopy(hf) if decay else hf
+
 def fingerprint(r: Recipe, seed: int, ignore: tuple[str, ...]) -> str:
   """What marks a phase's saved state as its own: the seed and the recipe's fields but those it ignores."""
   return repr({k: v for k, v in r.__dict__.items() if k not in ignore}) + f"|seed={seed}"
 
-def resume(ckpt: pathlib.Path, phase: str, recipe: str, hf, opt, state: dict) -> dict:
+def resume(ckpt: pathlib.Path, phase: str, recipe: str, hf, opt, avg, state: dict) -> dict:
   """The saved state of this phase of a run (ckpt/<phase>.json and .pt) if it was made by the same recipe, with
-  the model and optimiser loaded from it; else state, to start over."""
+  the model, optimiser and averaged model loaded from it; else state, to start over."""
   import torch
   if not (ckpt / f"{phase}.json").is_file():
     return state
@@ -355,26 +385,29 @@ def resume(ckpt: pathlib.Path, phase: str, recipe: str, hf, opt, state: dict) ->
   blob = torch.load(ckpt / f"{phase}.pt", weights_only=True)
   hf.load_state_dict(blob["model"])
   opt.load_state_dict(blob["opt"])
+  avg.load_state_dict(blob["average"])
   print(f"resuming {phase} at step {saved['step']} from {ckpt}", file=sys.stderr)
   return saved
 
-def save(ckpt: pathlib.Path, phase: str, recipe: str, hf, opt, state: dict) -> None:
-  """What resume reads: the model, the optimiser and the phase's state, marked with its recipe."""
+def save(ckpt: pathlib.Path, phase: str, recipe: str, hf, opt, avg, state: dict) -> None:
+  """What resume reads: the model, the optimiser, the averaged model and the phase's state, marked with its
+  recipe."""
   import torch
   ckpt.mkdir(parents=True, exist_ok=True)
-  torch.save({"model": hf.state_dict(), "opt": opt.state_dict()}, ckpt / f"{phase}.pt")
+  torch.save({"model": hf.state_dict(), "opt": opt.state_dict(), "average": avg.state_dict()}, ckpt / f"{phase}.pt")
   (ckpt / f"{phase}.json").write_text(json.dumps(state | {"recipe": recipe}))
 
 def pretrain(hf, r: Recipe, ckpt: pathlib.Path, train_ids: np.ndarray, val_ids: np.ndarray, seed: int,
              fresh: bool) -> None:
   """Training proper: cross-entropy on random windows, the held-out topics scored every r.eval_every steps and
-  the best weights kept (ckpt/best.pt); stop r.patience evaluations after the best or at r.steps. Ends with the
-  best weights in hf."""
+  the best weights kept (ckpt/best.pt); stop r.patience evaluations after the best or at r.steps. With
+  r.average, the weights scored and kept are the moving average's (follow). Ends with the best weights in hf."""
   import torch
-  opt = optimizer(hf, r.lr, r.weight_decay)
-  recipe = fingerprint(r, seed, ("unlikelihood", "unlikelihood_lr", "cross_entropy_every", "unlikelihood_share"))
+  opt, avg = optimizer(hf, r.lr, r.weight_decay), averaged(hf, r.average)
+  recipe = fingerprint(r, seed, ("unlikelihood", "unlikelihood_lr", "cross_entropy_every", "unlikelihood_share",
+                                 "continuations", "repeat_limit", "distill"))
   state = {"step": 0, "best": float("inf"), "best_step": 0, "history": []}
-  state = state if fresh else resume(ckpt, "state", recipe, hf, opt, state)
+  state = state if fresh else resume(ckpt, "state", recipe, hf, opt, avg, state)
   t0, s0 = time.perf_counter(), state["step"]
   hf.train()
   while state["step"] < r.steps and state["step"] - state["best_step"] < r.patience * r.eval_every:
@@ -384,9 +417,10 @@ def pretrain(hf, r: Recipe, ckpt: pathlib.Path, train_ids: np.ndarray, val_ids: 
       g["lr"] = learning_rate(s, r.steps, r.lr, r.warmup)
     loss = cross_entropy(hf, train_ids, seed, s, r)
     step(hf, opt, loss)
+    follow(avg, hf, r.average)
     state["step"] = s + 1
     if state["step"] % r.eval_every == 0 or state["step"] == r.steps:
-      val = val_loss(hf, val_ids, r.shape.n_ctx)
+      val = val_loss(avg, val_ids, r.shape.n_ctx)
       rate = r.batch * r.shape.n_ctx * (state["step"] - s0) / (time.perf_counter() - t0)
       epochs = state["step"] * r.batch * r.shape.n_ctx / len(train_ids)
       state["history"].append([state["step"], round(loss.item(), 4), round(val, 4)])
@@ -395,8 +429,8 @@ def pretrain(hf, r: Recipe, ckpt: pathlib.Path, train_ids: np.ndarray, val_ids: 
       if val < state["best"]:
         state["best"], state["best_step"] = val, state["step"]
         ckpt.mkdir(parents=True, exist_ok=True)
-        torch.save(hf.state_dict(), ckpt / "best.pt")
-      save(ckpt, "state", recipe, hf, opt, state)
+        torch.save(avg.state_dict(), ckpt / "best.pt")
+      save(ckpt, "state", recipe, hf, opt, avg, state)
   hf.load_state_dict(torch.load(ckpt / "best.pt", weights_only=True))
   print(f"the best: step {state['best_step']}, validation perplexity {math.exp(state['best']):.1f}", file=sys.stderr)
 
@@ -406,13 +440,16 @@ def finetune(hf, r: Recipe, ckpt: pathlib.Path, train_ids: np.ndarray, val_ids: 
   evaluated once, the target is evaluated once, ..."): each step of r.cross_entropy_every that is not the last
   pushes down the loops of the model's own greedy continuations (greedy_loops, unlikelihood_loss); the last is
   training's cross-entropy on windows pretrain never drew, which keeps it a model of the docs (Welleck et al.
-  alternate the two). The learning rate decays along a cosine from r.unlikelihood_lr to a tenth of it. Not
-  part of the shipped pair's recipe: docs/demo.md has what it did."""
+  alternate the two). The learning rate decays along a cosine from r.unlikelihood_lr to a tenth of it. With
+  r.average, hf ends as the moving average of its weights (follow), which is also what is scored. Not part of
+  the shipped pair's recipe: docs/demo.md has what it did."""
   import torch
-  opt = optimizer(hf, r.unlikelihood_lr, r.weight_decay)
+  import copy
+  opt, avg = optimizer(hf, r.unlikelihood_lr, r.weight_decay), averaged(hf, r.average)
+  teacher = copy.deepcopy(hf).eval() if r.distill else None
   recipe = fingerprint(r, seed, ("unlikelihood_share",))
   state = {"step": 0, "history": []}
-  state = state if fresh else resume(ckpt, "finetune", recipe, hf, opt, state)
+  state = state if fresh else resume(ckpt, "finetune", recipe, hf, opt, avg, state)
   loops = []
   while state["step"] < r.unlikelihood:
     s = state["step"]
@@ -420,20 +457,25 @@ def finetune(hf, r: Recipe, ckpt: pathlib.Path, train_ids: np.ndarray, val_ids: 
     for g in opt.param_groups:
       g["lr"] = learning_rate(s, r.unlikelihood, r.unlikelihood_lr, 0)
     if s % r.cross_entropy_every:
-      seq, loop = greedy_loops(hf, train_ids, np.random.default_rng([seed, r.steps + s]))
+      seq, loop = greedy_loops(hf, train_ids, np.random.default_rng([seed, r.steps + s]), r.repeat_limit,
+                               r.continuations)
       loss = unlikelihood_loss(hf, seq, loop)
       loops.append(loop.float().mean().item())
+    elif r.distill:
+      loss = distillation(hf, teacher, train_ids, seed, r.steps + s, r)
     else:
       loss = cross_entropy(hf, train_ids, seed, r.steps + s, r)  # batches past pretrain's last
     step(hf, opt, loss)
+    follow(avg, hf, r.average)
     state["step"] = s + 1
     if state["step"] % r.eval_every == 0 or state["step"] == r.unlikelihood:
-      val = val_loss(hf, val_ids, r.shape.n_ctx)
+      val = val_loss(avg, val_ids, r.shape.n_ctx)
       state["history"].append([state["step"], round(float(np.mean(loops)), 4), round(val, 4)])
       print(f"unlikelihood step {state['step']}: {np.mean(loops):.0%} of greedy tokens in loops, validation "
             f"perplexity {math.exp(val):.1f}", file=sys.stderr, flush=True)
       loops = []
-      save(ckpt, "finetune", recipe, hf, opt, state)
+      save(ckpt, "finetune", recipe, hf, opt, avg, state)
+  hf.load_state_dict(avg.state_dict())
 
 def interpolate(hf, start: dict, share: float) -> None:
   """hf's weights moved to `share` of the way from `start` to where they are: start + share x (now - start),
@@ -474,7 +516,7 @@ def train(name: str, r: Recipe, out: pathlib.Path, ckpt_root: pathlib.Path, seed
         f"{temperature:.3f} (folded into ln_f), saved to {out / name} after {time.perf_counter() - t0:.0f} s",
         file=sys.stderr)
 
-def evaluate(folders: dict[str, pathlib.Path], prompts: int = 24) -> dict[str, float]:
+def evaluate(folders: dict[str, pathlib.Path], prompts: int = 60) -> dict[str, float]:
   """Held-out perplexity of each saved model (as shipped: float16 files, through gpt2.py) and of the bigram
   baseline, printed with the ratios; and how many greedy continuations of `prompts` held-out sentence openings
   fail the sentence check."""
@@ -512,6 +554,13 @@ def main() -> None:
                   "cross-entropy, for an experiment")
   ap.add_argument("--unlikelihood-share", type=float, help="how far toward the fine-tuned weights, for an "
                   "experiment")
+  ap.add_argument("--continuations", type=int, help="greedy continuations at each unlikelihood step, for an "
+                  "experiment")
+  ap.add_argument("--repeat-limit", type=int, help="a 4-gram's occurrences in a greedy continuation after this "
+                  "many are a loop's, for an experiment")
+  ap.add_argument("--distill", action="store_true", help="fine-tuning's other steps distil the early-stopped model, "
+                  "for an experiment")
+  ap.add_argument("--average", type=float, help="the decay of a moving average of the weights, for an experiment")
   ap.add_argument("--name", help="the run's name, for its checkpoints and output folder (default: the model's)")
   ap.add_argument("--seed", type=int, default=0)
   ap.add_argument("--fresh", action="store_true", help="ignore a saved training state and start over")
@@ -527,7 +576,8 @@ def main() -> None:
     change = {"steps": args.steps, "dropout": args.dropout, "weight_decay": args.weight_decay, "lr": args.lr,
             "smoothing": args.smoothing, "patience": args.patience, "unlikelihood": args.unlikelihood,
             "unlikelihood_lr": args.unlikelihood_lr, "cross_entropy_every": args.cross_entropy_every,
-            "unlikelihood_share": args.unlikelihood_share}
+            "unlikelihood_share": args.unlikelihood_share, "average": args.average,
+            "continuations": args.continuations, "repeat_limit": args.repeat_limit, "distill": args.distill or None}
     r = Recipe(**{**r.__dict__, **{k: v for k, v in change.items() if v is not None}})
     train(args.name or name, r, pathlib.Path(args.out), pathlib.Path(args.checkpoints), args.seed, args.fresh)
 

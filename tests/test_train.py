@@ -147,6 +147,9 @@ def test_repeats_marks_the_loops_of_the_continuation_only():
   assert train.repeats([7, 1, 2, 3, 4, 1, 2, 3, 4, 5], 1).tolist() == [False] * 5 + [True] * 4 + [False]
   assert not train.repeats([1, 2, 3, 4, 1, 2, 3, 4], 4).any()
   assert not train.repeats(list(range(20)) + [1, 2, 3], 0).any()  # 3 tokens again are not a 4-gram
+  twice, thrice = [1, 2, 3, 4] * 2, [1, 2, 3, 4] * 3  # with limit 2 a 4-gram may occur twice, not a third time
+  assert not train.repeats(twice, 0, limit=2).any()
+  assert train.repeats(thrice, 0, limit=2).tolist() == [False] * 8 + [True] * 4
 
 def test_unlikelihood_steps_push_a_loop_down():
   """A tiny untrained model's greedy text loops (one token over and over); greedy_loops finds the loop, and 10
@@ -159,7 +162,7 @@ def test_unlikelihood_steps_push_a_loop_down():
     torch.manual_seed(0)
     hf = train.hf_model(train.GPT2Config(n_layer=1, n_head=2, n_embd=16, n_ctx=128), 30, 0.0)
     train.pin(hf)
-    seq, loop = train.greedy_loops(hf, tokens, np.random.default_rng(0), B=4, new=32)
+    seq, loop = train.greedy_loops(hf, tokens, np.random.default_rng(0), 1, B=4, new=32)
     assert loop.float().mean() > 0.5
     def p() -> float:
       with torch.no_grad():
@@ -172,3 +175,27 @@ def test_unlikelihood_steps_push_a_loop_down():
   before, after = loop_probability(1e-2)
   assert after < before / 2, (before, after)
   assert loop_probability(0.0) == (before, before)
+
+def test_the_moving_average_follows_the_weights_by_one_minus_the_decay():
+  """follow moves each averaged weight 1 - decay of the way to the model's; pin's constants stay exact. Control:
+  without averaging (decay 0) averaged returns the model itself, and follow changes nothing."""
+  torch = pytest.importorskip("torch", reason=NEEDS_HF)
+  pytest.importorskip("transformers", reason=NEEDS_HF)
+  torch.manual_seed(0)
+  hf = train.hf_model(TINY.shape, 30, 0.0)
+  train.pin(hf)
+  avg = train.averaged(hf, 0.9)
+  before = {k: v.clone() for k, v in avg.state_dict().items()}
+  with torch.no_grad():
+    for p in hf.parameters():
+      p.add_(1.0)
+  train.pin(hf)
+  train.follow(avg, hf, 0.9)
+  w, a = hf.transformer.h[0].mlp.c_fc.weight, avg.transformer.h[0].mlp.c_fc.weight
+  b = before["transformer.h.0.mlp.c_fc.weight"]
+  assert torch.allclose(a, b + 0.1 * (w - b), atol=1e-6) and not torch.allclose(a, w)
+  assert avg.transformer.ln_f.weight[-1] == 0 and avg.transformer.ln_f.bias[-1] == 1
+  assert train.averaged(hf, 0.0) is hf
+  state = {k: v.clone() for k, v in hf.state_dict().items()}
+  train.follow(hf, hf, 0.0)
+  assert all(torch.equal(state[k], v) for k, v in hf.state_dict().items())
