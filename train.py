@@ -54,8 +54,6 @@ class Recipe:
   cross_entropy_every: int = 2   # every this many of its steps is training's cross-entropy, the others unlikelihood
   unlikelihood_share: float = 1.0  # the final weights: this share of the way from the early-stopped to the fine-tuned
   continuations: int = 8  # greedy continuations written and checked for loops at each unlikelihood step
-  repeat_limit: int = 1  # in a greedy continuation, a 4-gram's occurrences after this many are a loop's
-  distill: bool = False  # fine-tuning's other steps: distillation from the early-stopped model, not cross-entropy
   average: float = 0.0  # in both phases, evaluate and keep a moving average of the weights with this decay (0: none)
 
 SIZES = {  # the recipes of the shipped pair; docs/demo.md has the others tried
@@ -302,29 +300,17 @@ def cross_entropy(hf, tokens: np.ndarray, seed: int, step: int, r: Recipe):
                                            torch.from_numpy(y.astype(np.int64)).reshape(-1),
                                            label_smoothing=r.smoothing)
 
-def distillation(hf, teacher, tokens: np.ndarray, seed: int, step: int, r: Recipe):
-  """On batch `step`, the cross-entropy of hf's next-token distributions against teacher's (the early-stopped
-  model, frozen): KL(teacher || hf) up to a constant. Unlike the cross-entropy on the training text, it has
-  nothing to overfit: it keeps the model where early stopping left it, but for what unlikelihood moves."""
-  import torch
-  x = torch.from_numpy(batch(tokens, seed, step, r.batch, r.shape.n_ctx)[0].astype(np.int64))
-  with torch.no_grad():
-    target = teacher(x).logits.softmax(-1)
-  logits = hf(x).logits
-  return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1, logits.shape[-1]))
-
-def repeats(seq: list[int], start: int, n: int = 4, limit: int = 1) -> np.ndarray:
-  """True at every token of seq[start:] that lies in an n-gram which seq[start:] already held `limit` times: a
-  loop's tokens."""
-  loop, seen = np.zeros(len(seq), bool), Counter()
+def repeats(seq: list[int], start: int, n: int = 4) -> np.ndarray:
+  """True at every token of seq[start:] that lies in an n-gram which seq[start:] already held: a loop's tokens."""
+  loop, seen = np.zeros(len(seq), bool), set()
   for i in range(start, len(seq) - n + 1):
     gram = tuple(seq[i:i + n])
-    if seen[gram] >= limit:
+    if gram in seen:
       loop[i:i + n] = True
-    seen[gram] += 1
+    seen.add(gram)
   return loop
 
-def greedy_loops(hf, tokens: np.ndarray, rng: np.random.Generator, limit: int, B: int = 8, new: int = 64):
+def greedy_loops(hf, tokens: np.ndarray, rng: np.random.Generator, B: int = 8, new: int = 64):
   """The model's greedy continuations (`new` tokens, as it writes them: no dropout) of B prefixes of the training
   text, 4 to 32 tokens long, and where they loop: the (B, P + new) tokens, and (B, new) True at every token of a
   continuation that lies in a 4-gram the continuation already held (repeats)."""
@@ -336,7 +322,7 @@ def greedy_loops(hf, tokens: np.ndarray, rng: np.random.Generator, limit: int, B
     seq = hf.generate(prefix, attention_mask=torch.ones_like(prefix), max_new_tokens=new, do_sample=False,
                       pad_token_id=0)
   hf.train()
-  return seq, torch.from_numpy(np.stack([repeats(row, P, limit=limit)[P:] for row in seq.tolist()]))
+  return seq, torch.from_numpy(np.stack([repeats(row, P)[P:] for row in seq.tolist()]))
 
 def unlikelihood_loss(hf, seq, loop):
   """Sequence-level unlikelihood (Welleck et al. 2020, "Neural Text Generation with Unlikelihood Training", 5.2):
@@ -405,7 +391,7 @@ def pretrain(hf, r: Recipe, ckpt: pathlib.Path, train_ids: np.ndarray, val_ids: 
   import torch
   opt, avg = optimizer(hf, r.lr, r.weight_decay), averaged(hf, r.average)
   recipe = fingerprint(r, seed, ("unlikelihood", "unlikelihood_lr", "cross_entropy_every", "unlikelihood_share",
-                                 "continuations", "repeat_limit", "distill"))
+                                 "continuations"))
   state = {"step": 0, "best": float("inf"), "best_step": 0, "history": []}
   state = state if fresh else resume(ckpt, "state", recipe, hf, opt, avg, state)
   t0, s0 = time.perf_counter(), state["step"]
@@ -444,9 +430,7 @@ def finetune(hf, r: Recipe, ckpt: pathlib.Path, train_ids: np.ndarray, val_ids: 
   r.average, hf ends as the moving average of its weights (follow), which is also what is scored. Not part of
   the shipped pair's recipe: docs/demo.md has what it did."""
   import torch
-  import copy
   opt, avg = optimizer(hf, r.unlikelihood_lr, r.weight_decay), averaged(hf, r.average)
-  teacher = copy.deepcopy(hf).eval() if r.distill else None
   recipe = fingerprint(r, seed, ("unlikelihood_share",))
   state = {"step": 0, "history": []}
   state = state if fresh else resume(ckpt, "finetune", recipe, hf, opt, avg, state)
@@ -457,12 +441,9 @@ def finetune(hf, r: Recipe, ckpt: pathlib.Path, train_ids: np.ndarray, val_ids: 
     for g in opt.param_groups:
       g["lr"] = learning_rate(s, r.unlikelihood, r.unlikelihood_lr, 0)
     if s % r.cross_entropy_every:
-      seq, loop = greedy_loops(hf, train_ids, np.random.default_rng([seed, r.steps + s]), r.repeat_limit,
-                               r.continuations)
+      seq, loop = greedy_loops(hf, train_ids, np.random.default_rng([seed, r.steps + s]), r.continuations)
       loss = unlikelihood_loss(hf, seq, loop)
       loops.append(loop.float().mean().item())
-    elif r.distill:
-      loss = distillation(hf, teacher, train_ids, seed, r.steps + s, r)
     else:
       loss = cross_entropy(hf, train_ids, seed, r.steps + s, r)  # batches past pretrain's last
     step(hf, opt, loss)
@@ -556,10 +537,6 @@ def main() -> None:
                   "experiment")
   ap.add_argument("--continuations", type=int, help="greedy continuations at each unlikelihood step, for an "
                   "experiment")
-  ap.add_argument("--repeat-limit", type=int, help="a 4-gram's occurrences in a greedy continuation after this "
-                  "many are a loop's, for an experiment")
-  ap.add_argument("--distill", action="store_true", help="fine-tuning's other steps distil the early-stopped model, "
-                  "for an experiment")
   ap.add_argument("--average", type=float, help="the decay of a moving average of the weights, for an experiment")
   ap.add_argument("--name", help="the run's name, for its checkpoints and output folder (default: the model's)")
   ap.add_argument("--seed", type=int, default=0)
@@ -577,7 +554,7 @@ def main() -> None:
             "smoothing": args.smoothing, "patience": args.patience, "unlikelihood": args.unlikelihood,
             "unlikelihood_lr": args.unlikelihood_lr, "cross_entropy_every": args.cross_entropy_every,
             "unlikelihood_share": args.unlikelihood_share, "average": args.average,
-            "continuations": args.continuations, "repeat_limit": args.repeat_limit, "distill": args.distill or None}
+            "continuations": args.continuations}
     r = Recipe(**{**r.__dict__, **{k: v for k, v in change.items() if v is not None}})
     train(args.name or name, r, pathlib.Path(args.out), pathlib.Path(args.checkpoints), args.seed, args.fresh)
 
