@@ -13,8 +13,9 @@ blank lines and the margins of nested paragraphs, whose tokens drew greedy text 
 GPT-2's tokenizer and all its 50257 tokens, but train on the 4,923 that the corpus uses (an output layer 10
 times narrower, so 10 times cheaper here); the others get one shared row that keeps their total probability
 below 1e-6 (see expand). Each model is early stopped and then temperature-scaled on the held-out topics
-(calibrate). --unlikelihood N then fine-tunes it against the loops of greedy text (finetune), an experiment that
-the shipped pair does not use yet (docs/demo.md).
+(calibrate). --unlikelihood N then fine-tunes it against the loops of greedy text (finetune), and --average
+keeps a moving average of the weights (follow): experiments that the shipped pair does not use yet
+(docs/demo.md).
 
 The training loop runs in PyTorch, on Hugging Face's own GPT2LMHeadModel (requirements-hf.txt): on a CPU core it
 trains these shapes 8 to 17 times faster than tinygrad 0.14's default kernels (docs/demo.md has the figures),
