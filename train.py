@@ -27,7 +27,7 @@ starts over.
 from __future__ import annotations
 import argparse, json, math, pathlib, re, sys, textwrap, time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 import numpy as np
 from tinygrad import Tensor, TinyJit, dtypes
 from tinygrad.nn.state import get_state_dict, load_state_dict
@@ -549,14 +549,10 @@ def main() -> None:
   if args.eval:
     evaluate({n: pathlib.Path(args.out) / n for n in names})
     return
+  # an option named as a Recipe field (--unlikelihood-lr: unlikelihood_lr) changes that field when given
+  change = {f.name: getattr(args, f.name) for f in fields(Recipe) if getattr(args, f.name, None) is not None}
   for name in names:
-    r = SIZES[name]
-    change = {"steps": args.steps, "dropout": args.dropout, "weight_decay": args.weight_decay, "lr": args.lr,
-            "smoothing": args.smoothing, "patience": args.patience, "unlikelihood": args.unlikelihood,
-            "unlikelihood_lr": args.unlikelihood_lr, "cross_entropy_every": args.cross_entropy_every,
-            "unlikelihood_share": args.unlikelihood_share, "average": args.average,
-            "continuations": args.continuations}
-    r = Recipe(**{**r.__dict__, **{k: v for k, v in change.items() if v is not None}})
+    r = Recipe(**{**SIZES[name].__dict__, **change})
     train(args.name or name, r, pathlib.Path(args.out), pathlib.Path(args.checkpoints), args.seed, args.fresh)
 
 if __name__ == "__main__":
