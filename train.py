@@ -56,7 +56,6 @@ class Recipe:
   unlikelihood_share: float = 1.0  # the final weights: this share of the way from the early-stopped to the fine-tuned
   continuations: int = 8  # greedy continuations written and checked for loops at each unlikelihood step
   average: float = 0.0  # in both phases, evaluate and keep a moving average of the weights with this decay (0: none)
-  token_unlikelihood: float = 0.0  # fine-tuning's cross-entropy steps add this times token-level unlikelihood
 
 SIZES = {  # the recipes of the shipped pair; docs/demo.md has the others tried
   "target": Recipe(GPT2Config(n_layer=4, n_head=4, n_embd=256, n_ctx=256), 1200, 1e-3, 0.1, 0.1, smoothing=0.02),
@@ -293,25 +292,14 @@ def optimizer(hf, lr: float, weight_decay: float):
   return torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}],
                            lr=lr, betas=(0.9, 0.95))
 
-def cross_entropy(hf, tokens: np.ndarray, seed: int, step: int, r: Recipe, alpha: float = 0.0):
-  """Training's loss on batch `step`: the next-token cross-entropy, label-smoothed, plus alpha times the
-  token-level unlikelihood of the batch (token_unlikelihood)."""
+def cross_entropy(hf, tokens: np.ndarray, seed: int, step: int, r: Recipe):
+  """Training's loss on batch `step`: the next-token cross-entropy, label-smoothed."""
   import torch
-  x, y = (torch.from_numpy(a.astype(np.int64)) for a in batch(tokens, seed, step, r.batch, r.shape.n_ctx))
-  logits = hf(x).logits
-  loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1),
+  x, y = batch(tokens, seed, step, r.batch, r.shape.n_ctx)
+  logits = hf(torch.from_numpy(x.astype(np.int64))).logits
+  return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                           torch.from_numpy(y.astype(np.int64)).reshape(-1),
                                            label_smoothing=r.smoothing)
-  return loss + alpha * token_unlikelihood(logits, x, y) if alpha else loss
-
-def token_unlikelihood(logits, x, y):
-  """Token-level unlikelihood (Welleck et al. 2020, 5.1): at each position every token the window already held,
-  other than the true next one, is a negative candidate, pushed down by -log(1 - p(candidate)); summed over the
-  candidates, the mean over the positions. It teaches the model not to say again what it just said."""
-  import torch
-  seen = torch.nn.functional.one_hot(x, logits.shape[-1]).cummax(dim=1).values.bool()
-  seen.scatter_(-1, y[..., None], False)
-  p = logits.softmax(-1)
-  return -(torch.log((1 - p).clamp(min=1e-5)) * seen).sum() / y.numel()
 
 def repeats(seq: list[int], start: int, n: int = 4) -> np.ndarray:
   """True at every token of seq[start:] that lies in an n-gram which seq[start:] already held: a loop's tokens."""
@@ -404,7 +392,7 @@ def pretrain(hf, r: Recipe, ckpt: pathlib.Path, train_ids: np.ndarray, val_ids: 
   import torch
   opt, avg = optimizer(hf, r.lr, r.weight_decay), averaged(hf, r.average)
   recipe = fingerprint(r, seed, ("unlikelihood", "unlikelihood_lr", "cross_entropy_every", "unlikelihood_share",
-                                 "continuations", "token_unlikelihood"))
+                                 "continuations"))
   state = {"step": 0, "best": float("inf"), "best_step": 0, "history": []}
   state = state if fresh else resume(ckpt, "state", recipe, hf, opt, avg, state)
   t0, s0 = time.perf_counter(), state["step"]
@@ -458,7 +446,7 @@ def finetune(hf, r: Recipe, ckpt: pathlib.Path, train_ids: np.ndarray, val_ids: 
       loss = unlikelihood_loss(hf, seq, loop)
       loops.append(loop.float().mean().item())
     else:
-      loss = cross_entropy(hf, train_ids, seed, r.steps + s, r, r.token_unlikelihood)  # past pretrain's batches
+      loss = cross_entropy(hf, train_ids, seed, r.steps + s, r)  # batches past pretrain's last
     step(hf, opt, loss)
     follow(avg, hf, r.average)
     state["step"] = s + 1
@@ -550,8 +538,6 @@ def main() -> None:
                   "experiment")
   ap.add_argument("--continuations", type=int, help="greedy continuations at each unlikelihood step, for an "
                   "experiment")
-  ap.add_argument("--token-unlikelihood", type=float, help="its weight in fine-tuning's cross-entropy steps, "
-                  "for an experiment")
   ap.add_argument("--average", type=float, help="the decay of a moving average of the weights, for an experiment")
   ap.add_argument("--name", help="the run's name, for its checkpoints and output folder (default: the model's)")
   ap.add_argument("--seed", type=int, default=0)

@@ -173,18 +173,6 @@ def test_unlikelihood_steps_push_a_loop_down():
   assert after < before / 2, (before, after)
   assert loop_probability(0.0) == (before, before)
 
-def test_token_unlikelihood_pushes_down_what_the_window_already_held():
-  """By hand: uniform logits over 5 tokens, inputs 1 2 1 3 and next tokens 2 1 3 0. The candidates are the
-  tokens seen so far but the next: {1}, {2}, {1, 2}, {1, 2, 3}, 7 in all, each -log(1 - 0.2), over 4 positions.
-  Control: all the mass on the true next token costs next to nothing, all of it on the token just read a lot."""
-  torch = pytest.importorskip("torch", reason=NEEDS_HF)
-  x, y = torch.tensor([[1, 2, 1, 3]]), torch.tensor([[2, 1, 3, 0]])
-  assert math.isclose(train.token_unlikelihood(torch.zeros(1, 4, 5), x, y).item(), -7 * math.log(0.8) / 4,
-                      rel_tol=1e-6)
-  peaked = lambda tokens: 20 * torch.nn.functional.one_hot(tokens, 5).float()
-  assert train.token_unlikelihood(peaked(y), x, y).item() < 1e-6
-  assert train.token_unlikelihood(peaked(x), x, y).item() > 10
-
 def test_the_moving_average_follows_the_weights_by_one_minus_the_decay():
   """follow moves each averaged weight 1 - decay of the way to the model's; pin's constants stay exact. Control:
   without averaging (decay 0) averaged returns the model itself, and follow changes nothing."""
