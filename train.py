@@ -56,8 +56,6 @@ class Recipe:
   unlikelihood_share: float = 1.0  # the final weights: this share of the way from the early-stopped to the fine-tuned
   continuations: int = 8  # greedy continuations written and checked for loops at each unlikelihood step
   average: float = 0.0  # in both phases, evaluate and keep a moving average of the weights with this decay (0: none)
-  ditto: float = 0.0    # each unlikelihood step also adds this times the loss on repeated spans (ditto_loss)
-  from_sentences: bool = False  # unlikelihood's greedy continuations start where a training sentence starts
 
 SIZES = {  # the recipes of the shipped pair; docs/demo.md has the others tried
   "target": Recipe(GPT2Config(n_layer=4, n_head=4, n_embd=256, n_ctx=256), 1200, 1e-3, 0.1, 0.1, smoothing=0.02),
@@ -124,13 +122,6 @@ def corpus(enc) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   train, val = topics_split()
   train_ids, val_ids = (np.array(enc.encode("\n".join(t)), dtype=np.int32) for t in (train, val))
   return train_ids, val_ids, np.unique(np.concatenate([train_ids, val_ids]))
-
-def sentence_starts(enc, ids: np.ndarray) -> np.ndarray:
-  """The positions in ids (GPT-2's tokens) of the tokens where a sentence starts, as openings finds them: a
-  capital word of two letters or more at a line's start or after a full stop."""
-  ends = np.cumsum([len(enc.decode_single_token_bytes(int(t))) for t in ids])  # each token's last byte + 1
-  found = [m.start() for m in re.finditer(rb"(?:^|(?<=\. ))[A-Z][a-z]+ ", enc.decode_bytes(ids.tolist()), re.M)]
-  return np.unique(np.searchsorted(ends, found, side="right"))
 
 def windows(tokens: np.ndarray, T: int) -> tuple[np.ndarray, np.ndarray]:
   """The stream cut into windows of T tokens: inputs (n, T) and their next tokens (n, T); each window is
@@ -320,16 +311,13 @@ def repeats(seq: list[int], start: int, n: int = 4) -> np.ndarray:
     seen.add(gram)
   return loop
 
-def greedy_loops(hf, tokens: np.ndarray, rng: np.random.Generator, B: int = 8, new: int = 64,
-                 starts: np.ndarray | None = None):
+def greedy_loops(hf, tokens: np.ndarray, rng: np.random.Generator, B: int = 8, new: int = 64):
   """The model's greedy continuations (`new` tokens, as it writes them: no dropout) of B prefixes of the training
-  text, 4 to 32 tokens long (from any position, or from those in `starts`), and where they loop: the (B, P + new)
-  tokens, and (B, new) True at every token of a continuation that lies in a 4-gram the continuation already held
-  (repeats)."""
+  text, 4 to 32 tokens long, and where they loop: the (B, P + new) tokens, and (B, new) True at every token of a
+  continuation that lies in a 4-gram the continuation already held (repeats)."""
   import torch
   P = int(rng.integers(4, 33))
-  at = rng.integers(0, len(tokens) - P, B) if starts is None else rng.choice(starts[starts < len(tokens) - P], B)
-  prefix = torch.from_numpy(np.stack([tokens[s:s + P] for s in at]).astype(np.int64))
+  prefix = torch.from_numpy(np.stack([tokens[s:s + P] for s in rng.integers(0, len(tokens) - P, B)]).astype(np.int64))
   hf.eval()
   with torch.no_grad():
     seq = hf.generate(prefix, attention_mask=torch.ones_like(prefix), max_new_tokens=new, do_sample=False,
@@ -345,19 +333,6 @@ def unlikelihood_loss(hf, seq, loop):
   new = loop.shape[1]
   p = hf(seq[:, :-1]).logits[:, -new:].softmax(-1).gather(-1, seq[:, -new:, None])[..., 0]
   return -(torch.log((1 - p).clamp(min=1e-5)) * loop).sum() / loop.numel()
-
-def ditto_loss(hf, tokens: np.ndarray, rng: np.random.Generator, B: int = 8, T: int = 128, decay: float = 0.5):
-  """DITTO (Xu et al. 2022, "Learning to Break the Loop", section 4): B spans of the training text, 1 to 32 tokens,
-  each repeated to T tokens; from its second copy on, the probability of each token is pulled to `decay` times
-  the probability of the same token one copy before, by -log(1 - |p_n - decay x p_(n-1)|), with p_(n-1) held
-  fixed. So a model learns that a phrase it has just written twice is less likely, not more, to come again."""
-  import torch
-  L = int(rng.integers(1, 33))
-  x = torch.from_numpy(np.stack([np.resize(tokens[s:s + L], T) for s in rng.integers(0, len(tokens) - L, B)])
-                       .astype(np.int64))
-  p = hf(x[:, :-1]).logits.softmax(-1).gather(-1, x[:, 1:, None])[..., 0]  # p[:, i]: of token i + 1
-  now, before = p[:, L:], p[:, :-L].detach()  # tokens L + 1 ... T - 1 of the spans' copies, and one copy earlier
-  return -torch.log((1 - (now - decay * before).abs()).clamp(min=1e-5)).mean()
 
 def step(hf, opt, loss) -> None:
   """One optimiser step on loss, then ln_f's last feature pinned again (see pin)."""
@@ -417,7 +392,7 @@ def pretrain(hf, r: Recipe, ckpt: pathlib.Path, train_ids: np.ndarray, val_ids: 
   import torch
   opt, avg = optimizer(hf, r.lr, r.weight_decay), averaged(hf, r.average)
   recipe = fingerprint(r, seed, ("unlikelihood", "unlikelihood_lr", "cross_entropy_every", "unlikelihood_share",
-                                 "continuations", "ditto", "from_sentences"))
+                                 "continuations"))
   state = {"step": 0, "best": float("inf"), "best_step": 0, "history": []}
   state = state if fresh else resume(ckpt, "state", recipe, hf, opt, avg, state)
   t0, s0 = time.perf_counter(), state["step"]
@@ -447,7 +422,7 @@ def pretrain(hf, r: Recipe, ckpt: pathlib.Path, train_ids: np.ndarray, val_ids: 
   print(f"the best: step {state['best_step']}, validation perplexity {math.exp(state['best']):.1f}", file=sys.stderr)
 
 def finetune(hf, r: Recipe, ckpt: pathlib.Path, train_ids: np.ndarray, val_ids: np.ndarray, seed: int,
-             fresh: bool, starts: np.ndarray | None = None) -> None:
+             fresh: bool) -> None:
   """r.unlikelihood steps from the early-stopped weights, against the loops of greedy text ("the target is
   evaluated once, the target is evaluated once, ..."): each step of r.cross_entropy_every that is not the last
   pushes down the loops of the model's own greedy continuations (greedy_loops, unlikelihood_loss); the last is
@@ -467,13 +442,9 @@ def finetune(hf, r: Recipe, ckpt: pathlib.Path, train_ids: np.ndarray, val_ids: 
     for g in opt.param_groups:
       g["lr"] = learning_rate(s, r.unlikelihood, r.unlikelihood_lr, 0)
     if s % r.cross_entropy_every:
-      rng, loss = np.random.default_rng([seed, r.steps + s]), 0
-      if r.continuations:
-        seq, loop = greedy_loops(hf, train_ids, rng, r.continuations, starts=starts)
-        loss = unlikelihood_loss(hf, seq, loop)
-        loops.append(loop.float().mean().item())
-      if r.ditto:
-        loss = loss + r.ditto * ditto_loss(hf, train_ids, rng)
+      seq, loop = greedy_loops(hf, train_ids, np.random.default_rng([seed, r.steps + s]), r.continuations)
+      loss = unlikelihood_loss(hf, seq, loop)
+      loops.append(loop.float().mean().item())
     else:
       loss = cross_entropy(hf, train_ids, seed, r.steps + s, r)  # batches past pretrain's last
     step(hf, opt, loss)
@@ -481,10 +452,9 @@ def finetune(hf, r: Recipe, ckpt: pathlib.Path, train_ids: np.ndarray, val_ids: 
     state["step"] = s + 1
     if state["step"] % r.eval_every == 0 or state["step"] == r.unlikelihood:
       val = val_loss(avg, val_ids, r.shape.n_ctx)
-      state["history"].append([state["step"], round(float(np.mean(loops)), 4) if loops else None, round(val, 4)])
-      looped = f"{np.mean(loops):.0%} of greedy tokens in loops" if loops else "no greedy continuations"
-      print(f"unlikelihood step {state['step']}: {looped}, validation perplexity {math.exp(val):.1f}",
-            file=sys.stderr, flush=True)
+      state["history"].append([state["step"], round(float(np.mean(loops)), 4), round(val, 4)])
+      print(f"unlikelihood step {state['step']}: {np.mean(loops):.0%} of greedy tokens in loops, validation "
+            f"perplexity {math.exp(val):.1f}", file=sys.stderr, flush=True)
       loops = []
       save(ckpt, "finetune", recipe, hf, opt, avg, state)
   hf.load_state_dict(avg.state_dict())
@@ -506,7 +476,6 @@ def train(name: str, r: Recipe, out: pathlib.Path, ckpt_root: pathlib.Path, seed
   torch.set_num_threads(1)  # one core: the other is for everything else
   enc = load_tokenizer()
   train_ids, val_ids, used = corpus(enc)
-  starts = sentence_starts(enc, train_ids) if r.from_sentences else None
   remap = np.zeros(enc.n_vocab, np.int32)
   remap[used] = np.arange(len(used))
   train_ids, val_ids = remap[train_ids], remap[val_ids]  # the corpus's tokens, numbered 0 .. len(used) - 1
@@ -521,7 +490,7 @@ def train(name: str, r: Recipe, out: pathlib.Path, ckpt_root: pathlib.Path, seed
   pretrain(hf, r, ckpt, train_ids, val_ids, seed, fresh)
   if r.unlikelihood:
     start = {k: v.clone() for k, v in hf.state_dict().items()}
-    finetune(hf, r, ckpt, train_ids, val_ids, seed, fresh, starts)
+    finetune(hf, r, ckpt, train_ids, val_ids, seed, fresh)
     interpolate(hf, start, r.unlikelihood_share)
   temperature = calibrate(hf, val_ids, T)
   save_model(expand(to_gpt2(hf, cfg, len(used)), used), out / name, dtypes.float16)
@@ -569,10 +538,6 @@ def main() -> None:
                   "experiment")
   ap.add_argument("--continuations", type=int, help="greedy continuations at each unlikelihood step, for an "
                   "experiment")
-  ap.add_argument("--ditto", type=float, help="the weight of DITTO's loss on repeated spans at each unlikelihood "
-                  "step, for an experiment")
-  ap.add_argument("--from-sentences", action="store_true", default=None, help="unlikelihood's continuations "
-                  "start where a training sentence starts, for an experiment")
   ap.add_argument("--average", type=float, help="the decay of a moving average of the weights, for an experiment")
   ap.add_argument("--name", help="the run's name, for its checkpoints and output folder (default: the model's)")
   ap.add_argument("--seed", type=int, default=0)

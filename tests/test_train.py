@@ -173,40 +173,6 @@ def test_unlikelihood_steps_push_a_loop_down():
   assert after < before / 2, (before, after)
   assert loop_probability(0.0) == (before, before)
 
-@NEEDS_TOKENIZER
-def test_sentence_starts_are_capital_words_at_a_line_start_or_after_a_full_stop():
-  """sentence_starts finds the token of each sentence's first word, as openings does (two letters or more); a
-  lower-case word after a full stop ("e.g. no"), a capital word mid-sentence and "A" are not starts."""
-  enc = load_tokenizer()
-  ids = np.array(enc.encode("Hello there. The cat sat on Monday.\nA dog ran.\nOn it, e.g. no cat. Next one"), np.int32)
-  assert [enc.decode([int(ids[i])]) for i in train.sentence_starts(enc, ids)] == ["Hello", " The", "On", " Next"]
-
-def test_ditto_pulls_each_copy_to_half_the_copy_before():
-  """ditto_loss by hand: with every token at p = 1/4 in every copy, -log(1 - |1/4 - 1/8|); with decay 1 (no
-  change asked for) 0. And 10 optimiser steps on it take a tiny model's loss on the same spans below half of
-  what it was; control: a learning rate of 0 leaves it as it was."""
-  torch = pytest.importorskip("torch", reason=NEEDS_HF)
-  pytest.importorskip("transformers", reason=NEEDS_HF)
-  from types import SimpleNamespace
-  uniform = lambda x: SimpleNamespace(logits=torch.zeros(*x.shape, 4))
-  four = np.random.default_rng(0).integers(0, 4, 2000)
-  assert math.isclose(train.ditto_loss(uniform, four, np.random.default_rng(0)).item(), -math.log(1 - 1 / 8),
-                      rel_tol=1e-6)
-  assert train.ditto_loss(uniform, four, np.random.default_rng(0), decay=1.0).item() == 0
-  tokens = np.random.default_rng(0).integers(0, 30, 2000)
-  def loss(lr: float) -> tuple[float, float]:
-    torch.manual_seed(0)
-    hf = train.hf_model(train.GPT2Config(n_layer=1, n_head=2, n_embd=16, n_ctx=128), 30, 0.0)
-    train.pin(hf)
-    opt = train.optimizer(hf, lr, 0.0)
-    before = train.ditto_loss(hf, tokens, np.random.default_rng(0)).item()
-    for _ in range(10):
-      train.step(hf, opt, train.ditto_loss(hf, tokens, np.random.default_rng(0)))
-    return before, train.ditto_loss(hf, tokens, np.random.default_rng(0)).item()
-  before, after = loss(1e-2)
-  assert after < before / 2, (before, after)
-  assert loss(0.0) == (before, before)
-
 def test_the_moving_average_follows_the_weights_by_one_minus_the_decay():
   """follow moves each averaged weight 1 - decay of the way to the model's; pin's constants stay exact. Control:
   without averaging (decay 0) averaged returns the model itself, and follow changes nothing."""
