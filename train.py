@@ -1,21 +1,25 @@
-"""Train the demo pair: a target and a draft GPT-2 on the documentation that ships inside every CPython
-(pydoc_data.topics: the text of help("for"), help("yield"), ...), so that this repository shows real text and
-a real acceptance rate with no download.
+"""Train the demo pair: a target and a draft GPT-2 on Python's own documentation, so that this repository shows
+real text and a real acceptance rate with no download.
 
     python train.py --model target        # into demo/target (resumes from checkpoints/train-target/)
     python train.py --model draft         # into demo/draft
-    python train.py --eval                # held-out perplexity of the shipped pair and of the bigram baseline
+    python train.py --eval                # held-out perplexity of the pair in demo/ and of the bigram baseline
     python train.py --model draft --steps 50 --out /tmp/pair   # a quick try
 
-The corpus is unwrapped first (unwrap): the docs wrap their paragraphs at 70 columns, and a model trained on
-the wrapped text learns that a line break is the likeliest next token nearly everywhere; unwrap also drops the
-blank lines and the margins of nested paragraphs, whose tokens drew greedy text into whitespace. The models keep
-GPT-2's tokenizer and all its 50257 tokens, but train on the 4,923 that the corpus uses (an output layer 10
-times narrower, so 10 times cheaper here); the others get one shared row that keeps their total probability
-below 1e-6 (see expand). Each model is early stopped and then temperature-scaled on the held-out topics
-(calibrate). --unlikelihood N then fine-tunes it against the loops of greedy text (finetune), and --average
-keeps a moving average of the weights (follow): experiments that the shipped pair does not use yet
-(docs/demo.md).
+The corpus is the documentation's reStructuredText sources, version 3.11.2 as Debian's python3.11-doc ships
+them (DOCS; --docs takes a CPython checkout's Doc/ instead), turned into prose (rst_text): roles and links to
+the text Sphinx shows, API directives to their signature and description, notes and version notes in Sphinx's
+words, each paragraph on one line; code, tables and the index left out. The trees that go in are TREES (the
+tutorial, the references, the HOWTOs, the FAQ, ...; not the changelogs or the C API), and about one file in 10
+is held out whole (held_out, DOCS_HELD_OUT). The pair shipped in demo/ now was trained on an earlier corpus,
+pydoc_data.topics ("topics", unwrapped: unwrap; its recipes are SHIPPED), which --corpus topics still gives.
+
+The models keep GPT-2's tokenizer and all its 50257 tokens, but train on the 11,048 that the training files use
+at least MIN_COUNT times (an output layer 4.5 times narrower, so about that much cheaper here) and one row, OTHER, that
+every other token shares as input and that is never a target; exported, all the others get that row, which keeps
+their total probability below 1e-6 (see expand). Each model is early stopped and then temperature-scaled on the
+held-out files (calibrate). --unlikelihood N then fine-tunes it against the loops of greedy text (finetune), and
+--average keeps a moving average of the weights (follow) (docs/demo.md).
 
 The training loop runs in PyTorch, on Hugging Face's own GPT2LMHeadModel (requirements-hf.txt): on a CPU core it
 trains these shapes 8 to 17 times faster than tinygrad 0.14's default kernels (docs/demo.md has the figures),
@@ -25,7 +29,7 @@ float16 files with gpt2.py. A run that is cut short resumes from its last evalua
 starts over.
 """
 from __future__ import annotations
-import argparse, json, math, pathlib, re, sys, textwrap, time
+import argparse, functools, hashlib, json, math, pathlib, re, sys, textwrap, time, zlib
 from collections import Counter
 from dataclasses import dataclass, fields
 import numpy as np
@@ -56,13 +60,297 @@ class Recipe:
   unlikelihood_share: float = 1.0  # the final weights: this share of the way from the early-stopped to the fine-tuned
   continuations: int = 8  # greedy continuations written and checked for loops at each unlikelihood step
   average: float = 0.0  # in both phases, evaluate and keep a moving average of the weights with this decay (0: none)
+  corpus: str = "docs"  # the text: "docs", the documentation's sources; "topics", pydoc_data's (the shipped pair's)
 
-SIZES = {  # the recipes of the shipped pair; docs/demo.md has the others tried
-  "target": Recipe(GPT2Config(n_layer=4, n_head=4, n_embd=256, n_ctx=256), 1200, 1e-3, 0.1, 0.1, smoothing=0.02),
-  "draft":  Recipe(GPT2Config(n_layer=1, n_head=2, n_embd=64, n_ctx=256), 1200, 2e-3, 0.1, 0.1, smoothing=0.02),
+SIZES = {  # the recipes of the pair trained on the documentation's sources (docs/demo.md)
+  "target": Recipe(GPT2Config(n_layer=6, n_head=4, n_embd=256, n_ctx=256), 4000, 1e-3, 0.1, 0.1, warmup=200,
+                   eval_every=250, average=0.99),
+  "draft":  Recipe(GPT2Config(n_layer=2, n_head=2, n_embd=64, n_ctx=256), 6000, 3e-3, 0.0, 0.1, warmup=200,
+                   eval_every=250, average=0.99),
+}
+SHIPPED = {  # the recipes of the pair shipped in demo/, trained on pydoc_data.topics
+  "target": Recipe(GPT2Config(n_layer=4, n_head=4, n_embd=256, n_ctx=256), 1200, 1e-3, 0.1, 0.1, smoothing=0.02,
+                   corpus="topics"),
+  "draft":  Recipe(GPT2Config(n_layer=1, n_head=2, n_embd=64, n_ctx=256), 1200, 2e-3, 0.1, 0.1, smoothing=0.02,
+                   corpus="topics"),
 }
 
-# --- the corpus ---
+# --- the corpus: Python's documentation, from its reStructuredText sources ---
+
+DOCS = pathlib.Path("/usr/share/doc/python3.11/html/_sources")  # where Debian's python3.11-doc puts them
+DOCS_VERSION = "3.11.2"  # the documentation's version there (the package python3.11-doc 3.11.2-6+deb12u9)
+INSTALL = ("install Python's documentation sources with `apt-get install -y python3.11-doc`, or pass a CPython "
+           "checkout's Doc/ folder with --docs")
+# the trees that go in: the prose about Python (the tutorial, the language and library references, the HOWTOs,
+# the FAQ, the glossary, setup and packaging); left out: whatsnew (changelogs: lists of changes, contributors'
+# names and issue numbers), c-api and extending (CPython's C API), distutils and install (the legacy distutils,
+# removed in 3.12), and the pages about the documentation itself (about, bugs, contents, copyright, license)
+TREES = ("tutorial/", "reference/", "library/", "howto/", "faq/", "glossary", "using/", "installing/",
+         "distributing/")
+HELD_OUT = 10   # a file is held out when the CRC-32 of its name (library/os) is divisible by this: see held_out
+MIN_COUNT = 3   # a token may be emitted when the training files use it at least this many times
+
+# --- the documentation's reStructuredText, as prose ---
+
+SIGNATURE = {"function": "", "method": "", "classmethod": "classmethod ", "staticmethod": "static ",
+             "coroutinefunction": "coroutine ", "coroutinemethod": "coroutine ", "awaitablefunction": "awaitable ",
+             "abstractmethod": "abstractmethod ", "class": "class ", "exception": "exception ", "decorator": "@",
+             "decoratormethod": "@", "attribute": "", "data": "", "describe": "", "object": "", "opcode": "",
+             "cmdoption": "", "option": "", "envvar": "", "pdbcommand": "", "2to3fixer": "", "monitoring-event": ""}
+ADMONITION = {"note": "Note", "warning": "Warning", "important": "Important", "caution": "Caution", "tip": "Tip",
+              "hint": "Hint", "attention": "Attention", "danger": "Danger", "error": "Error", "seealso": "See also",
+              "impl-detail": "CPython implementation detail"}
+VERSIONED = {"versionadded": "New in version {}", "versionchanged": "Changed in version {}",
+             "deprecated": "Deprecated since version {}",
+             "deprecated-removed": "Deprecated since version {}, will be removed in version {}"}
+DROPPED = {"code-block", "sourcecode", "code", "doctest", "testcode", "testoutput", "testsetup", "testcleanup",
+           "productionlist", "parsed-literal", "literalinclude", "include", "highlight", "index", "toctree", "module",
+           "currentmodule", "moduleauthor", "sectionauthor", "tabularcolumns", "image", "figure", "contents",
+           "program", "miscnews", "limited-api-list", "math", "raw", "list-table", "csv-table", "table"}
+
+DIRECTIVE = re.compile(r"\.\. ([\w:-]+)::(?: +(.*))?$")
+OPTION = re.compile(r":[\w-]+:(?: |$)")
+UNDERLINE = re.compile(r"([=\-~^*#\"'`+.:_<>])\1+$")
+ITEM = re.compile(r"(?:[*+-]|#\.|\d+\.|\(\w\)) +(?=\S)")
+TABLE = re.compile(r"\+[-=+]+\+$|=+(?: +=+)+$")
+
+def margin(line: str) -> int:
+  return len(line) - len(line.lstrip(" "))
+
+def block(lines: list[str], i: int) -> tuple[list[str], int]:
+  """The indented block that starts at line i (lines blank or indented, to the first line that is not), its
+  common margin removed, and the index of the line after it."""
+  j = i
+  while j < len(lines) and (not lines[j].strip() or margin(lines[j]) > 0):
+    j += 1
+  body = lines[i:j]
+  cut = min((margin(l) for l in body if l.strip()), default=0)
+  return [l[cut:] for l in body], j
+
+def role(name: str, text: str, labels: dict[str, str]) -> str:
+  """What Sphinx shows for :name:`text`: the title of an explicit target (:ref:`the loop <for>`), a label's
+  section title, PEP 8 for :pep:`8`, the last part of a ~dotted name, and () after a function's name."""
+  kind = name.split(":")[-1]
+  text = text.lstrip("!")
+  titled = re.fullmatch(r"(.*?)\s*<([^<>]*)>", text, re.S)
+  if titled and titled.group(1):
+    return titled.group(1)
+  if kind == "ref":
+    return labels.get(text.lower(), text.replace("-", " "))
+  if kind == "doc":
+    return text.rsplit("/", 1)[-1].replace("-", " ")
+  if kind in ("pep", "rfc"):
+    return f"{kind.upper()} {text.split('#')[0]}"
+  if kind in ("issue", "gh"):
+    return f"{'bpo' if kind == 'issue' else 'gh'}-{text}"
+  if kind == "samp":
+    return re.sub(r"\{([^}]*)\}", r"\1", text)
+  if kind == "abbr":
+    return re.sub(r"\s*\(.*\)$", "", text, flags=re.S)
+  if text.startswith("~"):
+    text = text[1:].split(".")[-1]
+  if kind in ("func", "meth") and not text.endswith(")"):
+    text += "()"
+  return text
+
+def inline(text: str, labels: dict[str, str], subs: dict[str, str]) -> str:
+  """One paragraph's inline markup to its text: literals, roles, links and substitutions to what they show,
+  emphasis and footnote references gone, escapes resolved, runs of spaces one space."""
+  kept = []
+  def keep(s: str) -> str:
+    kept.append(s)
+    return f"\x00{len(kept) - 1}\x00"
+  text = re.sub(r"``(.+?)``(?!`)", lambda m: keep(m.group(1)), text)
+  text = re.sub(r"(?<![\w`]):((?:[\w-]+:)?[\w-]+):`(.+?)`(?!`)", lambda m: keep(role(m.group(1), m.group(2), labels)),
+                text)
+  text = re.sub(r"\|([^|\s](?:[^|]*[^|\s])?)\|(?:__?)?", lambda m: keep(inline(subs[m.group(1)], labels, {}))
+                if m.group(1) in subs else m.group(), text)
+  text = re.sub(r"`([^`<]*?)\s*<[^<>`]*>`__?", lambda m: keep(m.group(1)), text)
+  text = re.sub(r"`([^`]+)`(?:__?)?", lambda m: keep(m.group(1)), text)
+  text = re.sub(r"(?<![\w`])([A-Za-z][\w-]*[A-Za-z0-9])__?(?=[\s.,;:!?)]|$)", r"\1", text)  # a reference: name_
+  text = re.sub(r" ?\[(?:#[\w-]*|\d+|\*)\]_", "", text)
+  text = re.sub(r"\*\*(\S(?:.*?\S)?)\*\*", r"\1", text)
+  text = re.sub(r"(?<![\w*\\])\*(?=[^\s*])(.+?)(?<=[^\s\\])\*(?![\w*])", r"\1", text)
+  text = re.sub(r"\\(.)", lambda m: "" if m.group(1) == " " else m.group(1), text.replace("\\ ", ""))
+  text = re.sub(r"\x00(\d+)\x00", lambda m: kept[int(m.group(1))], text)
+  text = re.sub(r"\x00(\d+)\x00", lambda m: kept[int(m.group(1))], text)  # substitutions hold literals
+  return re.sub(r"\s+", " ", text).strip()
+
+def rst_paragraphs(lines: list[str], labels: dict[str, str], subs: dict[str, str]) -> list[str]:
+  """reStructuredText to paragraphs of prose, each on one line (see rst_text)."""
+  out, i, n = [], 0, len(lines)
+  text = lambda s: inline(s, labels, subs)
+  def nested(body: list[str]) -> list[str]:
+    return rst_paragraphs(body, labels, subs)
+  while i < n:
+    line = lines[i]
+    if not line.strip():
+      i += 1
+      continue
+    if margin(line):  # a block quote: its own paragraphs
+      body, i = block(lines, i)
+      out += nested(body)
+      continue
+    d = DIRECTIVE.match(line)
+    if d:
+      name, arg = d.group(1), (d.group(2) or "").strip()
+      body, i = block(lines, i + 1)
+      kind = name.split(":")[-1]
+      signatures = [arg]
+      if kind in SIGNATURE or name.startswith("c:"):  # more signatures on the lines right after the first
+        while body and body[0].strip() and not OPTION.match(body[0].strip()):
+          signatures.append(body.pop(0).strip())
+        for k in range(len(signatures) - 1, 0, -1):  # a backslash at a line's end continues the signature
+          if signatures[k - 1].endswith("\\"):
+            signatures[k - 1] = signatures[k - 1][:-1].rstrip() + " " + signatures.pop(k)
+      while body and OPTION.match(body[0].strip()):
+        body.pop(0)
+      paras = nested(body)
+      if name in DROPPED:
+        continue
+      if kind in SIGNATURE or name.startswith("c:"):  # c:function, c:type, c:macro and the like too
+        out += [SIGNATURE.get(kind, "") + s.replace("\\\\", "\\") for s in signatures if s] + paras
+      elif name in VERSIONED:
+        version, _, rest = arg.partition(" ")  # the version, then the note's text if it starts on this line
+        if name == "deprecated-removed":  # two versions: deprecated in, removed in
+          head, rest = VERSIONED[name].format(*arg.split()[:2]), ""
+        else:
+          head = VERSIONED[name].format(version)
+        paras = ([text(rest)] if rest else []) + paras
+        out += [f"{head}: {paras[0]}" if paras else f"{head}."] + paras[1:]
+      elif name in ADMONITION:
+        paras = ([text(arg)] if arg else []) + paras
+        out += [f"{ADMONITION[name]}: {paras[0]}"] + paras[1:] if paras else []
+      elif name == "availability":
+        out.append(f"Availability: {text(arg)}")
+      elif name == "audit-event":
+        event, *args = arg.split()
+        args = ", ".join(a for a in (args[0] if args else "").split(",") if a)
+        out += paras or [f"Raises an auditing event {event} with " + (f"arguments {args}." if args else
+                                                                            "no arguments.")]
+      else:  # rubric, topic, sidebar, admonition, centered, glossary, only, container and the like
+        out += ([text(arg)] if arg else []) + paras
+      continue
+    if line.startswith("..") and (line == ".." or line.startswith(".. ")):  # comments, targets, substitutions
+      _, i = block(lines, i + 1)
+      continue
+    stripped = line.strip()
+    if UNDERLINE.match(stripped) and i + 2 < n and UNDERLINE.match(lines[i + 2].strip()) and lines[i + 1].strip():
+      out.append(text(lines[i + 1]))  # a title between an overline and an underline
+      i += 3
+      continue
+    if i + 1 < n and UNDERLINE.match(lines[i + 1].strip()) and len(lines[i + 1].strip()) >= len(stripped) >= 1 \
+       and not TABLE.match(stripped):
+      out.append(text(stripped))  # a section title
+      i += 2
+      continue
+    if TABLE.match(stripped):  # a table: left out (a grid table to its last row, a simple one to its last rule)
+      i += 1
+      while i < n and (lines[i].strip().startswith(("+", "|")) if stripped.startswith("+") else
+                       not (TABLE.match(lines[i].strip()) and (i + 1 == n or not lines[i + 1].strip()))):
+        i += 1
+      i += not stripped.startswith("+")
+      continue
+    if stripped.startswith((">>>", "| ")) or stripped == "|":  # an interactive session, a line block: left out
+      while i < n and lines[i].strip():
+        i += 1
+      continue
+    item = ITEM.match(line)
+    if item:
+      body, i = block(lines, i + 1)
+      paras = nested([line[len(item.group()):]] + body)
+      marker = item.group().strip()
+      marker = "*" if marker in "*+-" else marker
+      out += [f"{marker} {paras[0]}"] + paras[1:] if paras else []
+      continue
+    para, i = [stripped], i + 1
+    while i < n and lines[i].strip() and not margin(lines[i]) and not DIRECTIVE.match(lines[i]):
+      para.append(lines[i].strip())
+      i += 1
+    joined = " ".join(para)
+    literal = joined.endswith("::")
+    if literal:
+      joined = joined[:-2].rstrip() if re.search(r"(^|\s)::$", joined) else joined[:-1]
+    joined = re.sub(r"^:([\w ]+): ", r"\1: ", joined)  # a field list's name
+    if joined:
+      out.append(text(joined))
+    if i < n and lines[i].strip() and margin(lines[i]):  # a definition list's term: its definition follows
+      body, i = block(lines, i)
+      out += [] if literal else nested(body)
+    elif literal:  # the literal block after "::": left out
+      j = i
+      while j < n and not lines[j].strip():
+        j += 1
+      if j < n and margin(lines[j]):
+        _, i = block(lines, j)
+  return out
+
+def rst_text(source: str, labels: dict[str, str]) -> str:
+  """A reStructuredText file of the documentation as prose: each paragraph, list item, section title and
+  signature on one line, with no blank lines and no margins. Roles and links become the text Sphinx shows
+  (role), admonitions and version notes the words Sphinx puts before them ("Note: ", "New in version 3.2: "),
+  and API directives their signature line and then their description. Code (literal blocks after "::", code
+  directives, interactive sessions, grammar), tables, comments and the index are left out."""
+  lines = source.expandtabs(8).replace("\r", "").split("\n")
+  subs = {"version": DOCS_VERSION.rsplit(".", 1)[0], "release": DOCS_VERSION, "nbsp": " "}
+  for m in re.finditer(r"^\.\. \|([^|]+)\| replace:: (.*)$", source, re.M):
+    subs[m.group(1)] = m.group(2)
+  return "\n".join(p for p in rst_paragraphs([l.rstrip() for l in lines], labels, subs) if p)
+
+def section_labels(sources) -> dict[str, str]:
+  """Every `.. _label:` that stands right above a section title, to that title (what :ref:`label` shows)."""
+  labels = {}
+  for source in sources:
+    lines = source.expandtabs(8).split("\n")
+    for i, line in enumerate(lines):
+      m = re.match(r"\.\. _([^:]+):\s*$", line)
+      if not m:
+        continue
+      j = i + 1
+      while j < len(lines) and (not lines[j].strip() or re.match(r"\.\. _[^:]+:\s*$", lines[j])):
+        j += 1
+      if j + 1 < len(lines) and UNDERLINE.match(lines[j].strip()) and j + 2 < len(lines):
+        j += 1
+      if j + 1 < len(lines) and lines[j].strip() and UNDERLINE.match(lines[j + 1].strip()):
+        labels[m.group(1).lower()] = inline(lines[j].strip(), {}, {})
+  return labels
+
+def doc_files(docs: pathlib.Path = DOCS) -> dict[str, pathlib.Path]:
+  """Every reStructuredText file under docs (Debian's _sources/**/*.rst.txt or a CPython checkout's
+  Doc/**/*.rst), by its name: the path without the suffix (library/os). Exits with what to install when there
+  are none."""
+  files = {str(p.relative_to(docs)).removesuffix(".txt").removesuffix(".rst"): p
+           for p in sorted(pathlib.Path(docs).rglob("*.rst*")) if p.name.endswith((".rst", ".rst.txt"))}
+  if not files:
+    raise SystemExit(f"no reStructuredText files in {docs}: {INSTALL}")
+  return files
+
+def held_out(name: str) -> bool:
+  """Whether a file (by name: library/os) is held out for validation: the CRC-32 of its name is divisible by
+  HELD_OUT. About one file in 10, whole; the same file is held out whatever other files the folder holds (a
+  CPython checkout's Doc/ has more), and in 3.11.2's trees these 32: DOCS_HELD_OUT."""
+  return zlib.crc32(name.encode()) % HELD_OUT == 0
+
+DOCS_HELD_OUT = ["distributing/index", "howto/regex", "library/_thread", "library/aifc", "library/argparse",
+                 "library/asyncio-api-index", "library/collections", "library/csv", "library/dialog",
+                 "library/difflib", "library/email.errors", "library/email.message", "library/email.utils",
+                 "library/fileinput", "library/hashlib", "library/html.entities", "library/operator",
+                 "library/optparse", "library/pickle", "library/pkgutil", "library/pyclbr", "library/python",
+                 "library/sched", "library/select", "library/shlex", "library/tarfile", "library/threading",
+                 "library/xmlrpc", "reference/compound_stmts", "tutorial/inputoutput", "tutorial/modules",
+                 "using/editors"]
+
+@functools.lru_cache(maxsize=2)
+def docs_split(docs: pathlib.Path = DOCS) -> tuple[dict[str, str], dict[str, str]]:
+  """The files of TREES as prose (rst_text), sorted by name: (training files, held-out files), each a dict from
+  name to text. :ref:`label` shows the section title that the label stands above in any file of docs."""
+  files = doc_files(docs)
+  sources = {name: path.read_text(encoding="utf-8") for name, path in files.items()}
+  labels = section_labels(sources.values())
+  texts = {name: rst_text(source, labels) for name, source in sources.items() if name.startswith(TREES)}
+  return ({n: t for n, t in texts.items() if not held_out(n)}, {n: t for n, t in texts.items() if held_out(n)})
+
+# --- the corpus of the shipped pair: pydoc_data.topics ---
 
 BULLET = re.compile(r"(\*|-|\d+\.|\(\d+\)|#\.) ")  # a list item's marker: its text is indented past it
 RULE = re.compile(r"([*=\-~^#])\1+")                 # a heading's underline
@@ -116,12 +404,27 @@ def topics_split() -> tuple[list[str], list[str]]:
   names = sorted(topics)
   return ([unwrap(topics[n]) for i, n in enumerate(names) if i % 10], [unwrap(topics[n]) for n in names[::10]])
 
-def corpus(enc) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-  """The training and validation token streams (topics joined by a line break) and the sorted token ids that
-  the corpus uses."""
-  train, val = topics_split()
+def corpus(enc, name: str = "docs", docs: pathlib.Path = DOCS) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """The training and validation token streams (files joined by a line break) and the sorted token ids that
+  the pair may emit. "docs": the documentation's sources (docs_split), and the tokens that the training files
+  use at least MIN_COUNT times; every other token is the pair's OTHER (see emit_index). "topics": pydoc_data's
+  topics (topics_split), on which the shipped pair was trained, and every token either stream uses."""
+  if name == "topics":
+    train, val = topics_split()
+  else:
+    train, val = (list(texts.values()) for texts in docs_split(pathlib.Path(docs)))
   train_ids, val_ids = (np.array(enc.encode("\n".join(t)), dtype=np.int32) for t in (train, val))
-  return train_ids, val_ids, np.unique(np.concatenate([train_ids, val_ids]))
+  if name == "topics":
+    return train_ids, val_ids, np.unique(np.concatenate([train_ids, val_ids]))
+  ids, counts = np.unique(train_ids, return_counts=True)
+  return train_ids, val_ids, ids[counts >= MIN_COUNT]
+
+def emit_index(tokens: np.ndarray, used: np.ndarray) -> np.ndarray:
+  """GPT-2's token ids as the pair's own: token used[i] is i, every token not in used is len(used), the row
+  OTHER that every such token shares (see expand). A model never emits OTHER, and no perplexity here scores it
+  as a target."""
+  i = np.minimum(np.searchsorted(used, tokens), len(used) - 1)
+  return np.where(used[i] == tokens, i, len(used))
 
 def windows(tokens: np.ndarray, T: int) -> tuple[np.ndarray, np.ndarray]:
   """The stream cut into windows of T tokens: inputs (n, T) and their next tokens (n, T); each window is
@@ -130,32 +433,36 @@ def windows(tokens: np.ndarray, T: int) -> tuple[np.ndarray, np.ndarray]:
   return tokens[:n * T].reshape(n, T), tokens[1:n * T + 1].reshape(n, T)
 
 def bigram_perplexity(train_ids: np.ndarray, val_ids: np.ndarray, used: np.ndarray, T: int = 256) -> float:
-  """The baseline: 0.6 x bigram + 0.4 x add-one unigram, both over the corpus's distinct tokens `used`, fit on
-  train_ids, scoring the same targets of val_ids as a model does (windows of T): the previous token is always
-  known. After a token never seen in training the bigram term is the unigram's."""
+  """The baseline: 0.6 x bigram + 0.4 x add-one unigram, both over the tokens `used` (what the pair may emit),
+  fit on train_ids, scoring the same targets of val_ids as a model does (windows of T, targets not in used left
+  out): the previous token is always known, and may be one not in used (OTHER, one more context). After a token
+  never seen in training the bigram term is the unigram's."""
   V = len(used)
-  remap = np.zeros(int(used.max()) + 1, np.int64)
-  remap[used] = np.arange(V)
-  t = remap[train_ids]
-  pairs = np.zeros((V, V))
-  np.add.at(pairs, (t[:-1], t[1:]), 1)
-  unigram = (np.bincount(t, minlength=V) + 1) / (len(t) + V)
-  x, y = (remap[a].ravel() for a in windows(val_ids, T))
-  rows = pairs[x].sum(1)
-  bigram = np.where(rows > 0, pairs[x, y] / np.maximum(rows, 1), unigram[y])
+  t = emit_index(train_ids, used).astype(np.int64)
+  x0, y0 = t[:-1][t[1:] < V], t[1:][t[1:] < V]  # the training pairs, counted over the tokens in used
+  keys, counts = np.unique(x0 * (V + 1) + y0, return_counts=True)
+  rows = np.bincount(x0, minlength=V + 1)  # how often each context is followed by a token in used
+  unigram = (np.bincount(t, minlength=V + 1)[:V] + 1) / ((t < V).sum() + V)
+  x, y = (emit_index(a, used).astype(np.int64).ravel() for a in windows(val_ids, T))
+  x, y = x[y < V], y[y < V]
+  at = np.minimum(np.searchsorted(keys, x * (V + 1) + y), len(keys) - 1)
+  pair = np.where(keys[at] == x * (V + 1) + y, counts[at], 0)
+  bigram = np.where(rows[x] > 0, pair / np.maximum(rows[x], 1), unigram[y])
   return float(np.exp(-np.mean(np.log(0.6 * bigram + 0.4 * unigram[y]))))
 
 def perplexity(model: GPT2, tokens: np.ndarray, T: int | None = None, used: np.ndarray | None = None) -> float:
   """A gpt2.py model's perplexity on a token stream, over windows of T (default its context) tokens: training's
-  forward (model.logits) compiled once for one window, then replayed for each. With used (the corpus's tokens,
-  which all of tokens are), over the model restricted to them (see restrict): 10 times cheaper, and the same
-  up to the mass the other tokens get (train.py's models: less than 1e-6)."""
+  forward (model.logits) compiled once for one window, then replayed for each. With used (the tokens the model
+  may emit), over the model restricted to them (see restrict), and over the targets in used only: 10 times
+  cheaper, and the same up to the mass the other tokens get (train.py's models: less than 1e-6)."""
+  ignore = -1
   if used is not None:
-    model, tokens = restrict(model, used), np.searchsorted(used, tokens)
+    model, tokens, ignore = restrict(model, used), emit_index(tokens, used), len(used)
   x, y = windows(tokens, T or model.config.n_ctx)
-  nll = TinyJit(lambda x, y: model.logits(x).float().sparse_categorical_crossentropy(y, reduction="sum").realize())
+  nll = TinyJit(lambda x, y: model.logits(x).float().sparse_categorical_crossentropy(y, ignore_index=ignore,
+                                                                                     reduction="sum").realize())
   total = sum(nll(Tensor(x[i:i + 1]).realize(), Tensor(y[i:i + 1]).realize()).item() for i in range(len(x)))
-  return math.exp(total / y.size)
+  return math.exp(total / (y != ignore).sum())
 
 # --- greedy text ---
 
@@ -193,24 +500,27 @@ def greedy_faults(model: GPT2, enc, prompts: list[str], words: set[str]) -> list
 # --- the full vocabulary ---
 
 def expand(model: GPT2, used: np.ndarray) -> GPT2:
-  """The model over GPT-2's full vocabulary: the corpus's tokens keep their trained rows; every other token
-  gets the row (0, ..., 0, -OFF), whose logit is -OFF times ln_f's last feature, a constant: 1 (see pin), or
-  1 / the temperature after calibrate, at least 0.6. A trained logit is far above -600 + ln(50257), so those
-  tokens together get less than 1e-6 of the mass everywhere."""
+  """The model over GPT-2's full vocabulary: the tokens `used` keep their trained rows (the model's first
+  len(used)); every other token gets the row (0, ..., 0, -OFF), the OTHER row that training pins (see pin),
+  whose logit is -OFF times ln_f's last feature, a constant: 1 (see pin), or 1 / the temperature after
+  calibrate, at least 0.6. A trained logit is far above -600 + ln(50257), so those tokens together get less
+  than 1e-6 of the mass everywhere."""
   cfg = model.config
   full = GPT2(GPT2Config(cfg.n_layer, cfg.n_head, cfg.n_embd, 50257, cfg.n_ctx))
   wte = np.zeros((50257, cfg.n_embd), np.float32)
   wte[:, -1] = -OFF
-  wte[used] = model.wte.weight.numpy()
+  wte[used] = model.wte.weight.numpy()[:len(used)]
   state = get_state_dict(model) | {"wte.weight": Tensor(wte)}
   load_state_dict(full, {k: v for k, v in state.items() if not k.endswith("cache_kv")}, verbose=False)
   return full
 
 def restrict(model: GPT2, used: np.ndarray) -> GPT2:
-  """expand's inverse: the model over the tokens `used` only (token used[i] is its token i), sharing weights."""
+  """expand's inverse: the model over the tokens `used` and OTHER only (token used[i] is its token i, every
+  other token its token len(used): see emit_index), sharing weights."""
   cfg = model.config
-  small = GPT2(GPT2Config(cfg.n_layer, cfg.n_head, cfg.n_embd, len(used), cfg.n_ctx))
-  state = get_state_dict(model) | {"wte.weight": Tensor(model.wte.weight.numpy()[used])}
+  other = int(np.setdiff1d(np.arange(len(used) + 1), used)[0])  # a token not in used: its row is OTHER's
+  small = GPT2(GPT2Config(cfg.n_layer, cfg.n_head, cfg.n_embd, len(used) + 1, cfg.n_ctx))
+  state = get_state_dict(model) | {"wte.weight": Tensor(model.wte.weight.numpy()[[*used, other]])}
   load_state_dict(small, {k: v for k, v in state.items() if not k.endswith("cache_kv")}, verbose=False)
   return small
 
@@ -227,11 +537,15 @@ def hf_model(cfg: GPT2Config, vocab: int, dropout: float):
 
 def pin(hf) -> None:
   """Hold the last feature of ln_f's output at 1 (gain 0, bias 1): the tied LM head's last column is then a
-  per-token bias, and expand sets it very negative for the tokens the corpus never uses."""
+  per-token bias. And hold the last row of the embedding, OTHER (the row every token the pair may not emit
+  shares: see emit_index), at (0, ..., 0, -OFF): its logit is then -OFF, and expand gives that row to every such
+  token of GPT-2's vocabulary, so that the model trains with the very row it is exported with."""
   import torch
   with torch.no_grad():
     hf.transformer.ln_f.weight[-1] = 0.0
     hf.transformer.ln_f.bias[-1] = 1.0
+    hf.transformer.wte.weight[-1] = 0.0
+    hf.transformer.wte.weight[-1, -1] = -OFF
 
 def to_gpt2(hf, cfg: GPT2Config, vocab: int) -> GPT2:
   """The torch model's weights in gpt2.py's GPT2 (float32)."""
@@ -253,33 +567,41 @@ def learning_rate(step: int, steps: int, peak: float, warmup: int) -> float:
     return peak * (step + 1) / warmup
   return peak * (0.1 + 0.45 * (1 + math.cos(math.pi * min(step - warmup, steps - warmup) / max(steps - warmup, 1))))
 
-def val_loss(hf, val: np.ndarray, T: int, temperature: float = 1.0) -> float:
+def scores(hf, val: np.ndarray, T: int, temperatures=(1.0,), chunk: int = 2) -> list[float]:
   """Mean cross-entropy (nats per token) of the torch model on the held-out windows, dropout off, its logits
-  divided by temperature."""
+  divided by each temperature; targets that are OTHER (the model's last token) left out. In chunks of windows,
+  so that the logits of a large held-out set need not fit in memory at once."""
   import torch
   x, y = windows(val, T)
+  other = hf.config.vocab_size - 1
+  totals, count = np.zeros(len(temperatures)), 0
   hf.eval()
   with torch.no_grad():
-    logits = hf(torch.from_numpy(x.astype(np.int64))).logits / temperature
-    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
-                                             torch.from_numpy(y.astype(np.int64)).reshape(-1))
+    for i in range(0, len(x), chunk):
+      logits = hf(torch.from_numpy(x[i:i + chunk].astype(np.int64))).logits.reshape(-1, hf.config.vocab_size)
+      target = torch.from_numpy(y[i:i + chunk].astype(np.int64)).reshape(-1)
+      for k, t in enumerate(temperatures):
+        totals[k] += float(torch.nn.functional.cross_entropy(logits / t, target, ignore_index=other,
+                                                             reduction="sum"))
+      count += int((target != other).sum())
   hf.train()
-  return float(loss)
+  return list(totals / count)
+
+def val_loss(hf, val: np.ndarray, T: int, temperature: float = 1.0) -> float:
+  """Mean cross-entropy (nats per token) of the torch model on the held-out windows (see scores)."""
+  return scores(hf, val, T, (temperature,))[0]
 
 TEMPERATURES = [1 + i / 40 for i in range(25)]  # 1 to 1.6 in steps of 0.025
 
 def calibrate(hf, val: np.ndarray, T: int) -> float:
-  """Temperature scaling (Guo et al. 2017), chosen like early stopping on the held-out topics: the temperature
-  in TEMPERATURES whose logits / temperature score them best. The models are overconfident on topics they have
+  """Temperature scaling (Guo et al. 2017), chosen like early stopping on the held-out files: the temperature
+  in TEMPERATURES whose logits / temperature score them best. The models are overconfident on text they have
   not seen (1.0 would keep them as trained). Folded into the weights: ln_f's gain and bias are divided by it, so
   every logit is (ln_f's last feature, the pinned 1, becomes 1 / temperature: see expand)."""
   import torch
-  x, y = windows(val, T)
-  hf.eval()
+  found = scores(hf, val, T, TEMPERATURES)
+  best = TEMPERATURES[int(np.argmin(found))]
   with torch.no_grad():
-    logits = hf(torch.from_numpy(x.astype(np.int64))).logits.reshape(-1, hf.config.vocab_size)
-    target = torch.from_numpy(y.astype(np.int64)).reshape(-1)
-    best = min(TEMPERATURES, key=lambda t: float(torch.nn.functional.cross_entropy(logits / t, target)))
     hf.transformer.ln_f.weight /= best
     hf.transformer.ln_f.bias /= best
   return best
@@ -293,13 +615,14 @@ def optimizer(hf, lr: float, weight_decay: float):
                            lr=lr, betas=(0.9, 0.95))
 
 def cross_entropy(hf, tokens: np.ndarray, seed: int, step: int, r: Recipe):
-  """Training's loss on batch `step`: the next-token cross-entropy, label-smoothed."""
+  """Training's loss on batch `step`: the next-token cross-entropy, label-smoothed; targets that are OTHER (the
+  model's last token: see emit_index) left out."""
   import torch
   x, y = batch(tokens, seed, step, r.batch, r.shape.n_ctx)
   logits = hf(torch.from_numpy(x.astype(np.int64))).logits
   return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
                                            torch.from_numpy(y.astype(np.int64)).reshape(-1),
-                                           label_smoothing=r.smoothing)
+                                           ignore_index=logits.shape[-1] - 1, label_smoothing=r.smoothing)
 
 def repeats(seq: list[int], start: int, n: int = 4) -> np.ndarray:
   """True at every token of seq[start:] that lies in an n-gram which seq[start:] already held: a loop's tokens."""
@@ -385,14 +708,14 @@ def save(ckpt: pathlib.Path, phase: str, recipe: str, hf, opt, avg, state: dict)
   (ckpt / f"{phase}.json").write_text(json.dumps(state | {"recipe": recipe}))
 
 def pretrain(hf, r: Recipe, ckpt: pathlib.Path, train_ids: np.ndarray, val_ids: np.ndarray, seed: int,
-             fresh: bool) -> None:
+             fresh: bool, data: str = "") -> None:
   """Training proper: cross-entropy on random windows, the held-out topics scored every r.eval_every steps and
   the best weights kept (ckpt/best.pt); stop r.patience evaluations after the best or at r.steps. With
   r.average, the weights scored and kept are the moving average's (follow). Ends with the best weights in hf."""
   import torch
   opt, avg = optimizer(hf, r.lr, r.weight_decay), averaged(hf, r.average)
   recipe = fingerprint(r, seed, ("unlikelihood", "unlikelihood_lr", "cross_entropy_every", "unlikelihood_share",
-                                 "continuations"))
+                                 "continuations")) + f"|data={data}"
   state = {"step": 0, "best": float("inf"), "best_step": 0, "history": []}
   state = state if fresh else resume(ckpt, "state", recipe, hf, opt, avg, state)
   t0, s0 = time.perf_counter(), state["step"]
@@ -422,7 +745,7 @@ def pretrain(hf, r: Recipe, ckpt: pathlib.Path, train_ids: np.ndarray, val_ids: 
   print(f"the best: step {state['best_step']}, validation perplexity {math.exp(state['best']):.1f}", file=sys.stderr)
 
 def finetune(hf, r: Recipe, ckpt: pathlib.Path, train_ids: np.ndarray, val_ids: np.ndarray, seed: int,
-             fresh: bool) -> None:
+             fresh: bool, data: str = "") -> None:
   """r.unlikelihood steps from the early-stopped weights, against the loops of greedy text ("the target is
   evaluated once, the target is evaluated once, ..."): each step of r.cross_entropy_every that is not the last
   pushes down the loops of the model's own greedy continuations (greedy_loops, unlikelihood_loss); the last is
@@ -432,7 +755,7 @@ def finetune(hf, r: Recipe, ckpt: pathlib.Path, train_ids: np.ndarray, val_ids: 
   the shipped pair's recipe: docs/demo.md has what it did."""
   import torch
   opt, avg = optimizer(hf, r.unlikelihood_lr, r.weight_decay), averaged(hf, r.average)
-  recipe = fingerprint(r, seed, ("unlikelihood_share",))
+  recipe = fingerprint(r, seed, ("unlikelihood_share",)) + f"|data={data}"
   state = {"step": 0, "history": []}
   state = state if fresh else resume(ckpt, "finetune", recipe, hf, opt, avg, state)
   loops = []
@@ -469,45 +792,49 @@ def interpolate(hf, start: dict, share: float) -> None:
     hf.load_state_dict({k: start[k] + share * (v - start[k]) if v.is_floating_point() else v
                         for k, v in hf.state_dict().items()})
 
-def train(name: str, r: Recipe, out: pathlib.Path, ckpt_root: pathlib.Path, seed: int, fresh: bool) -> None:
+def train(name: str, r: Recipe, out: pathlib.Path, ckpt_root: pathlib.Path, seed: int, fresh: bool,
+          docs: pathlib.Path = DOCS) -> None:
   """Train one model on the corpus's tokens (pretrain, then finetune if the recipe asks), calibrate it on the
-  held-out topics and save it over the full vocabulary in float16."""
+  held-out files and save it over the full vocabulary in float16."""
   import torch
   torch.set_num_threads(1)  # one core: the other is for everything else
   enc = load_tokenizer()
-  train_ids, val_ids, used = corpus(enc)
-  remap = np.zeros(enc.n_vocab, np.int32)
-  remap[used] = np.arange(len(used))
-  train_ids, val_ids = remap[train_ids], remap[val_ids]  # the corpus's tokens, numbered 0 .. len(used) - 1
+  train_ids, val_ids, used = corpus(enc, r.corpus, docs)
+  data = hashlib.sha1(train_ids.tobytes() + val_ids.tobytes() + used.tobytes()).hexdigest()[:12]
+  train_ids, val_ids = emit_index(train_ids, used), emit_index(val_ids, used)  # 0 .. len(used), OTHER last
   cfg, T, t0 = r.shape, r.shape.n_ctx, time.perf_counter()
   torch.manual_seed(seed)
-  hf = hf_model(cfg, len(used), r.dropout)
+  hf = hf_model(cfg, len(used) + 1, r.dropout)
   pin(hf)
   print(f"{name}: {cfg.n_layer} layers, {cfg.n_embd} wide; {len(train_ids):,} training and {len(val_ids):,} "
-        f"validation tokens; up to {r.steps} steps of {r.batch} x {T} tokens, then {r.unlikelihood} of "
-        f"unlikelihood", file=sys.stderr)
+        f"validation tokens of {r.corpus} (data {data}), {len(used):,} that it may emit; up to {r.steps} steps of "
+        f"{r.batch} x {T} tokens, then {r.unlikelihood} of unlikelihood", file=sys.stderr)
   ckpt = ckpt_root / f"train-{name}"
-  pretrain(hf, r, ckpt, train_ids, val_ids, seed, fresh)
+  pretrain(hf, r, ckpt, train_ids, val_ids, seed, fresh, data)
   if r.unlikelihood:
     start = {k: v.clone() for k, v in hf.state_dict().items()}
-    finetune(hf, r, ckpt, train_ids, val_ids, seed, fresh)
+    finetune(hf, r, ckpt, train_ids, val_ids, seed, fresh, data)
     interpolate(hf, start, r.unlikelihood_share)
   temperature = calibrate(hf, val_ids, T)
-  save_model(expand(to_gpt2(hf, cfg, len(used)), used), out / name, dtypes.float16)
+  save_model(expand(to_gpt2(hf, cfg, len(used) + 1), used), out / name, dtypes.float16)
   print(f"{name}: validation perplexity {math.exp(val_loss(hf, val_ids, T)):.1f} at temperature "
         f"{temperature:.3f} (folded into ln_f), saved to {out / name} after {time.perf_counter() - t0:.0f} s",
         file=sys.stderr)
 
-def evaluate(folders: dict[str, pathlib.Path], prompts: int = 60) -> dict[str, float]:
+def evaluate(folders: dict[str, pathlib.Path], prompts: int = 60, name: str = "docs",
+             docs: pathlib.Path = DOCS) -> dict[str, float]:
   """Held-out perplexity of each saved model (as shipped: float16 files, through gpt2.py) and of the bigram
-  baseline, printed with the ratios; and how many greedy continuations of `prompts` held-out sentence openings
-  fail the sentence check."""
+  baseline, over the targets the pair may emit, printed with the ratios and the held-out mass of the others;
+  and how many greedy continuations of `prompts` held-out sentence openings fail the sentence check."""
   from weights import load_model
   enc = load_tokenizer()
-  train_ids, val_ids, used = corpus(enc)
+  train_ids, val_ids, used = corpus(enc, name, docs)
   text = enc.decode(np.concatenate([train_ids, val_ids]).tolist())
   words, starts = set(WORD.findall(text)), openings(enc.decode(val_ids.tolist()), prompts)
   result = {"bigram": bigram_perplexity(train_ids, val_ids, used)}
+  x, y = windows(val_ids, 256)
+  print(f"{name}: {len(train_ids):,} training and {len(val_ids):,} held-out tokens; {len(used):,} tokens may be "
+        f"emitted; {np.mean(~np.isin(y, used)):.2%} of the held-out targets are others, left out of every score")
   print(f"  bigram: held-out perplexity {result['bigram']:7.1f}")
   for name, folder in folders.items():
     model = load_model(str(folder))
@@ -543,17 +870,23 @@ def main() -> None:
   ap.add_argument("--seed", type=int, default=0)
   ap.add_argument("--fresh", action="store_true", help="ignore a saved training state and start over")
   ap.add_argument("--eval", action="store_true", help="score the models in --out and the bigram baseline on the "
-                  "held-out topics; no training")
+                  "held-out files; no training")
+  ap.add_argument("--docs", default=str(DOCS), help=f"the documentation's reStructuredText sources (default {DOCS}, "
+                  "Debian's python3.11-doc; or a CPython checkout's Doc/)")
+  ap.add_argument("--corpus", choices=["docs", "topics"], help="docs (the default): the documentation's sources; "
+                  "topics: pydoc_data.topics, with the recipes of the pair shipped in demo/")
   args = ap.parse_args()
   names = list(SIZES) if args.model == "both" else [args.model]
   if args.eval:
-    evaluate({n: pathlib.Path(args.out) / n for n in names})
+    evaluate({n: pathlib.Path(args.out) / n for n in names}, name=args.corpus or "docs", docs=pathlib.Path(args.docs))
     return
   # an option named as a Recipe field (--unlikelihood-lr: unlikelihood_lr) changes that field when given
   change = {f.name: getattr(args, f.name) for f in fields(Recipe) if getattr(args, f.name, None) is not None}
+  recipes = SHIPPED if args.corpus == "topics" else SIZES
   for name in names:
-    r = Recipe(**{**SIZES[name].__dict__, **change})
-    train(args.name or name, r, pathlib.Path(args.out), pathlib.Path(args.checkpoints), args.seed, args.fresh)
+    r = Recipe(**{**recipes[name].__dict__, **change})
+    train(args.name or name, r, pathlib.Path(args.out), pathlib.Path(args.checkpoints), args.seed, args.fresh,
+          pathlib.Path(args.docs))
 
 if __name__ == "__main__":
   main()

@@ -1,8 +1,9 @@
-"""The demo pair shipped in demo/ (trained by train.py on Python's documentation): it loads by name, its
-shapes are what docs/demo.md says, the tokens the corpus never uses stay below 1e-3 of the probability at
-every position, the target beats a bigram of the corpus on held-out topics and the draft sits between them,
-greedy text continues a prompt in sentences of the corpus's words, and the draft's tokens are accepted at a
-rate that shows speculative sampling at work."""
+"""The demo pair shipped in demo/ (trained by train.py on pydoc_data.topics, the corpus "topics"; its checks
+use that corpus and its split until a pair trained on the documentation's sources replaces it): it loads by
+name, its shapes are what docs/demo.md says, the tokens the corpus never uses stay below 1e-3 of the
+probability at every position, the target beats a bigram of the corpus on held-out topics and the draft sits
+between them, greedy text continues a prompt in sentences of the corpus's words, and the draft's tokens are
+accepted at a rate that shows speculative sampling at work."""
 import json, re
 import numpy as np, pytest
 from tinygrad import Tensor
@@ -29,7 +30,7 @@ def pair():
 @pytest.fixture(scope="module")
 def corpus():
   enc = load_tokenizer()
-  train_ids, val_ids, used = train.corpus(enc)
+  train_ids, val_ids, used = train.corpus(enc, "topics")
   return enc, train_ids, val_ids, used
 
 @pytest.fixture(scope="module")
@@ -86,7 +87,7 @@ def test_the_sentence_check_rejects_its_controls(corpus, words):
   """train.sentence_faults rejects the untrained model of the target's shape (greedy: one token over and over) and
   64 tokens drawn uniformly from the corpus's tokens (word salad), and passes a passage of held-out docs."""
   enc, _, val_ids, used = corpus
-  control, _ = autoregressive_sample(untrained(train.SIZES["target"].shape, used), enc.encode(PROMPTS[0]), 64,
+  control, _ = autoregressive_sample(untrained(train.SHIPPED["target"].shape, used), enc.encode(PROMPTS[0]), 64,
                                      temperature=0, eos=None)
   assert train.sentence_faults(enc.decode(control), words), "the untrained model passes: the check cannot tell"
   noise = np.random.default_rng(0).choice(used, 64).tolist()

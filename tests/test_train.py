@@ -1,8 +1,11 @@
-"""train.py: the unwrapped corpus and its split, the bigram baseline, the export through gpt2.py that keeps the
-tokens the corpus never uses below 1e-6 of the probability, a short training run that learns and resumes, and
-the pieces of unlikelihood fine-tuning (a loop's tokens found, and pushed down).
-No full training run: the shipped pair's own checks are in test_demo.py."""
-import json, math, re
+"""train.py: the documentation's reStructuredText turned into prose, its split by file and the vocabulary the
+pair may emit; the unwrapped pydoc_data topics (the shipped pair's corpus) and their split; the bigram baseline,
+the export through gpt2.py that keeps the tokens the pair may not emit below 1e-6 of the probability, a short
+training run that learns and resumes, and the pieces of unlikelihood fine-tuning (a loop's tokens found, and
+pushed down).
+No full training run: the shipped pair's own checks are in test_demo.py. The tests that read the documentation's
+sources skip when they are not installed (apt-get install -y python3.11-doc)."""
+import json, math, re, zlib
 import numpy as np, pytest
 from tinygrad import Tensor
 from tiny import TOKENIZER_DIR, run_script
@@ -11,11 +14,165 @@ from weights import load_model, load_tokenizer
 
 NEEDS_TOKENIZER = pytest.mark.skipif(not (TOKENIZER_DIR / "vocab.bpe").is_file(),
                                      reason="no GPT-2 tokenizer files in demo/")
+NEEDS_DOCS = pytest.mark.skipif(not train.DOCS.is_dir(), reason=f"no documentation sources in {train.DOCS}: "
+                                "apt-get install -y python3.11-doc")
 NEEDS_HF = "training runs in PyTorch on transformers' GPT2LMHeadModel: pip install -r requirements-hf.txt"
 
 def test_help():
   out = run_script("train.py", "--help")
-  assert out.returncode == 0 and all(f in out.stdout for f in ("--model", "--steps", "--checkpoints", "--eval"))
+  assert out.returncode == 0 and all(f in out.stdout for f in ("--model", "--steps", "--checkpoints", "--eval",
+                                                               "--docs", "--corpus"))
+
+RST = """\
+.. _spam-intro:
+
+:mod:`spam` --- An example module
+=================================
+
+.. module:: spam
+   :synopsis: An example.
+
+.. index:: single: spam
+
+This module is *only* an example.  It wraps the
+:func:`len` and :meth:`str.lower` functions, the class :class:`~collections.OrderedDict`
+and the constant :const:`None` (see :pep:`8`, :ref:`the introduction <spam-intro>`,
+:ref:`spam-intro`, :term:`iterables <iterable>` and `the web page <https://example.org>`_) [#]_.
+A ``literal *star*`` stays, and so does |name|; see also prog_.
+
+.. |name| replace:: ``spam()``
+
+.. function:: eggs(a, b=1)
+              eggs(a, \\
+                   b, c)
+
+   Return *a* plus **b**.  For example::
+
+      >>> eggs(1)
+      2
+
+   .. versionadded:: 3.2
+
+   .. versionchanged:: 3.4
+      *b* may be negative.
+
+   .. note::
+      Not for the faint of heart.
+
+   .. audit-event:: spam.eggs a,b spam.eggs
+
+   .. availability:: Unix.
+
+Some code:
+
+.. code-block:: python
+
+   print("hello")
+
+>>> 1 + 1
+2
+
++-------+-------+
+| a     | b     |
++=======+=======+
+| 1     | 2     |
++-------+-------+
+
+=====  =====
+x      y
+=====  =====
+1      2
+=====  =====
+
+* A list item that the author wrapped
+  onto a second line.
+* Another item.
+
+term
+   Its definition.
+
+.. This is a comment
+   over two lines.
+
+Done ::
+
+   code
+
+.. [#] A footnote.
+"""
+
+def test_rst_text_turns_markup_into_what_sphinx_shows():
+  """Roles to their text (a function's name with (), a ~dotted name's last part, a reference's title or its
+  label's section title, PEP 8), literals, emphasis, links and substitutions to their text, footnote references
+  gone; an API directive to its signatures (a backslash continues one) and its description; version notes,
+  notes, audit events and availability in Sphinx's words; paragraphs and list items on one line each. Left
+  out: code after "::" and in code directives, interactive sessions, tables, comments, the index, footnotes."""
+  labels = train.section_labels([RST])
+  assert labels == {"spam-intro": "spam --- An example module"}
+  assert train.rst_text(RST, labels).split("\n") == [
+    "spam --- An example module",
+    "This module is only an example. It wraps the len() and str.lower() functions, the class OrderedDict and the "
+    "constant None (see PEP 8, the introduction, spam --- An example module, iterables and the web page). A "
+    "literal *star* stays, and so does spam(); see also prog.",
+    "eggs(a, b=1)", "eggs(a, b, c)",
+    "Return a plus b. For example:",
+    "New in version 3.2.",
+    "Changed in version 3.4: b may be negative.",
+    "Note: Not for the faint of heart.",
+    "Raises an auditing event spam.eggs with arguments a, b.",
+    "Availability: Unix.",
+    "Some code:",
+    "* A list item that the author wrapped onto a second line.", "* Another item.",
+    "term", "Its definition.",
+    "Done"]
+
+def test_doc_files_reads_both_layouts_and_says_what_to_install(tmp_path):
+  """Debian's _sources (library/os.rst.txt) and a CPython checkout's Doc/ (library/os.rst) give the same names;
+  an empty folder stops with the one sentence that says what to install."""
+  for suffix in (".rst.txt", ".rst"):
+    (tmp_path / suffix / "library").mkdir(parents=True)
+    (tmp_path / suffix / "library" / f"os{suffix}").write_text("os\n==\n")
+    (tmp_path / suffix / f"glossary{suffix}").write_text("")
+    assert list(train.doc_files(tmp_path / suffix)) == ["glossary", "library/os"]
+  with pytest.raises(SystemExit, match=r"apt-get install -y python3\.11-doc.*Doc/"):
+    train.doc_files(tmp_path / "nothing")
+
+def test_held_out_files_are_named_by_their_crc():
+  """A file is held out when the CRC-32 of its name is divisible by 10, whatever else the folder holds."""
+  assert all(train.held_out(n) for n in train.DOCS_HELD_OUT)
+  assert all(zlib.crc32(n.encode()) % 10 == 0 for n in train.DOCS_HELD_OUT)
+  assert not train.held_out("library/os") and not train.held_out("library/functions")
+  assert train.held_out("reference/compound_stmts") and train.held_out("tutorial/modules")
+
+@NEEDS_DOCS
+def test_the_documentation_becomes_prose_with_no_markup_left():
+  """Every file that goes in (TREES) converts with no role, literal, directive or comment left, no blank line
+  and no margin; the held-out files are DOCS_HELD_OUT, and a sentence of the docs reads as Sphinx shows it."""
+  train_files, held = train.docs_split()
+  assert sorted(held) == train.DOCS_HELD_OUT and not set(train_files) & set(held)
+  assert len(train_files) == 352 and all(n.startswith(train.TREES) for n in [*train_files, *held])
+  assert not any(n.startswith(("whatsnew/", "c-api/", "extending/", "distutils/")) for n in train_files)
+  for name, text in [*train_files.items(), *held.items()]:
+    assert text and not re.search(r":[\w:-]+:`|``|^\.\. |^ |\n\n", text, re.M), name
+  assert ("Return the absolute value of a number. The argument may be an integer, a floating point number, or an "
+          "object implementing __abs__().") in train_files["library/functions"]
+
+@NEEDS_DOCS
+@NEEDS_TOKENIZER
+def test_corpus_splits_by_file_and_emits_only_what_training_uses():
+  """The held-out stream is the held-out files; the tokens the pair may emit are those the training files use
+  at least MIN_COUNT times (none that only the held-out files use), and the held-out targets outside them are
+  few: 1.55 % in 3.11.2."""
+  enc = load_tokenizer(TOKENIZER_DIR)
+  train_ids, val_ids, used = train.corpus(enc)
+  train_files, held = train.docs_split()
+  assert val_ids.tolist() == enc.encode("\n".join(held.values()))
+  assert 1_000_000 < len(train_ids) < 1_300_000 and 0.08 < len(val_ids) / len(train_ids) < 0.13
+  ids, counts = np.unique(train_ids, return_counts=True)
+  assert used.tolist() == ids[counts >= train.MIN_COUNT].tolist() and 10_000 < len(used) < 12_000
+  outside = ~np.isin(val_ids, used)
+  assert 0.005 < outside.mean() < 0.03
+  assert (train.emit_index(val_ids, used) == len(used)).tolist() == outside.tolist()
 
 DOC = """\
 The "for" statement
@@ -73,11 +230,11 @@ def test_unwrap_only_removes_line_breaks_and_spaces():
   assert after < 0.5 * before and spaced_after < 0.1 * spaced_before  # 3.11.7: 11,374 to 4,352; 4,039 to 348
 
 @NEEDS_TOKENIZER
-def test_corpus_is_pythons_documentation_unwrapped_and_split_by_whole_topics():
+def test_the_shipped_pairs_corpus_is_the_topics_unwrapped_and_split_by_whole_topics():
   """Every 10th topic of pydoc_data held out whole; the token set is the tokens the two streams use."""
   from pydoc_data.topics import topics
   enc = load_tokenizer(TOKENIZER_DIR)
-  train_ids, val_ids, used = train.corpus(enc)
+  train_ids, val_ids, used = train.corpus(enc, "topics")
   names = sorted(topics)
   assert val_ids.tolist() == enc.encode("\n".join(train.unwrap(topics[n]) for n in names[::10]))
   assert enc.decode(train_ids[:40].tolist()).startswith(train.unwrap(topics[names[1]])[:60])
@@ -95,34 +252,68 @@ def test_bigram_baseline_by_hand():
   expected = math.exp(-np.mean(np.log(probs)))
   assert train.bigram_perplexity(fit, val, used, T=2) == pytest.approx(expected)
 
+def test_bigram_baseline_leaves_out_the_tokens_it_may_not_emit():
+  """A token outside used (9) is one more context (OTHER), never a target: the pairs that end in it are not
+  counted, nor are the held-out targets that are it, and the unigram counts the training tokens in used."""
+  used = np.array([3, 5])
+  fit = np.array([3, 5, 9, 3, 5, 3])   # in used: 3 three times, 5 twice; 3->5 twice, 5->3 once, 9->3 once
+  val = np.array([9, 3, 5, 9, 3])      # windows of 2: targets 3|9, 5|3 and 9|5 (left out), 3|9
+  unigram = {3: 4 / 7, 5: 3 / 7}
+  probs = [0.6 * 1 + 0.4 * unigram[3], 0.6 * 1 + 0.4 * unigram[5], 0.6 * 1 + 0.4 * unigram[3]]
+  assert train.bigram_perplexity(fit, val, used, T=2) == pytest.approx(math.exp(-np.mean(np.log(probs))))
+  assert train.emit_index(np.array([9, 3, 5, 2, 7]), used).tolist() == [2, 0, 1, 2, 2]
+
 TINY = train.Recipe(train.GPT2Config(n_layer=1, n_head=2, n_embd=16, n_ctx=32), steps=40, lr=1e-2, dropout=0.1,
-                    weight_decay=0.1, batch=4, warmup=5, eval_every=20, patience=2)
+                    weight_decay=0.1, batch=4, warmup=5, eval_every=20, patience=2, corpus="topics")
 
 def test_export_keeps_the_used_tokens_and_silences_the_rest():
-  """The torch model, pinned and exported through gpt2.py and widened to 50257 tokens, gives the used tokens
-  the torch model's logits and every other token together less than 1e-6 of the mass."""
+  """The torch model over the used tokens and OTHER, pinned and exported through gpt2.py and widened to 50257
+  tokens, gives the used tokens the torch model's logits, and every other token together less than 1e-6 of
+  the mass; a token not in used reads as OTHER did in training. restrict undoes expand."""
   torch = pytest.importorskip("torch", reason=NEEDS_HF)
   pytest.importorskip("transformers", reason=NEEDS_HF)
   torch.manual_seed(0)
   V = 30
-  hf = train.hf_model(TINY.shape, V, 0.0).eval()
+  hf = train.hf_model(TINY.shape, V + 1, 0.0).eval()
   with torch.no_grad():  # a trained-looking ln_f and per-token bias, not the initial ones
     hf.transformer.ln_f.weight.normal_(1, 0.3)
     hf.transformer.wte.weight[:, -1].normal_(0, 3)
   train.pin(hf)
   used = np.sort(np.random.default_rng(1).choice(50257, V, replace=False))
-  full = train.expand(train.to_gpt2(hf, TINY.shape, V), used)
-  ids = list(range(10))
+  full = train.expand(train.to_gpt2(hf, TINY.shape, V + 1), used)
+  ids = [*range(10), V, 3]  # OTHER among them
+  not_used = int(np.setdiff1d(np.arange(50257), used)[-1])
   with torch.no_grad():
     small = hf(torch.tensor([ids])).logits[0].numpy()
-  big = full.logits(Tensor([used[ids].tolist()])).numpy()[0]
-  np.testing.assert_allclose(big[:, used], small, atol=1e-4)
+  big = full.logits(Tensor([[int(used[i]) if i < V else not_used for i in ids]])).numpy()[0]
+  np.testing.assert_allclose(big[:, used], small[:, :V], atol=1e-4)
   assert hf.transformer.ln_f.weight[-1] == 0 and hf.transformer.ln_f.bias[-1] == 1
+  assert hf.transformer.wte.weight[-1, -1] == -train.OFF and not hf.transformer.wte.weight[-1, :-1].any()
   probs = np.exp(big - big.max(-1, keepdims=True))
   probs /= probs.sum(-1, keepdims=True)
   off = np.ones(50257, bool)
   off[used] = False
   assert probs[:, off].sum(-1).max() < 1e-6
+  back = train.restrict(full, used).logits(Tensor([ids])).numpy()[0]
+  np.testing.assert_allclose(back, small, atol=1e-4)
+
+def test_training_and_scoring_leave_out_other_targets():
+  """cross_entropy and scores leave out the targets that are OTHER (the model's last token): a stream whose
+  every other target is OTHER scores as the mean over the rest."""
+  torch = pytest.importorskip("torch", reason=NEEDS_HF)
+  pytest.importorskip("transformers", reason=NEEDS_HF)
+  torch.manual_seed(0)
+  hf = train.hf_model(TINY.shape, 11, 0.0)
+  train.pin(hf)
+  tokens = np.random.default_rng(0).integers(0, 10, 65)
+  tokens[1::2] = 10
+  x, y = train.windows(tokens, 32)
+  with torch.no_grad():
+    logp = hf.eval()(torch.from_numpy(x.astype(np.int64))).logits.log_softmax(-1).numpy()
+  keep = y != 10
+  expected = -np.take_along_axis(logp, y[..., None], -1)[..., 0][keep].mean()
+  assert train.scores(hf, tokens, 32, chunk=1)[0] == pytest.approx(expected, rel=1e-5)
+  assert train.val_loss(hf, tokens, 32) == pytest.approx(expected, rel=1e-5)
 
 @NEEDS_TOKENIZER
 def test_a_short_run_learns_resumes_and_saves_a_loadable_model(tmp_path):
