@@ -14,7 +14,7 @@ tutorial, the references, the HOWTOs, the FAQ, ...; not the changelogs or the C 
 is held out whole (held_out, DOCS_HELD_OUT). The pair shipped in demo/ now was trained on an earlier corpus,
 pydoc_data.topics ("topics", unwrapped: unwrap; its recipes are SHIPPED), which --corpus topics still gives.
 
-The models keep GPT-2's tokenizer and all its 50257 tokens, but train on the 11,048 that the training files use
+The models keep GPT-2's tokenizer and all its 50257 tokens, but train on the 11,041 that the training files use
 at least MIN_COUNT times (an output layer 4.5 times narrower, so about that much cheaper here) and one row, OTHER, that
 every other token shares as input and that is never a target; exported, all the others get that row, which keeps
 their total probability below 1e-6 (see expand). Each model is early stopped and then temperature-scaled on the
@@ -182,11 +182,14 @@ def rst_paragraphs(lines: list[str], labels: dict[str, str], subs: dict[str, str
   text = lambda s: inline(s, labels, subs)
   def nested(body: list[str]) -> list[str]:
     return rst_paragraphs(body, labels, subs)
+  auto = 0  # the number of the last "#." item of the list being read, if any
   while i < n:
     line = lines[i]
     if not line.strip():
       i += 1
       continue
+    if not line.startswith("#. "):
+      auto = 0
     if margin(line):  # a block quote: its own paragraphs
       body, i = block(lines, i)
       out += nested(body)
@@ -228,8 +231,8 @@ def rst_paragraphs(lines: list[str], labels: dict[str, str], subs: dict[str, str
         args = ", ".join(a for a in (args[0] if args else "").split(",") if a)
         out += paras or [f"Raises an auditing event {event} with " + (f"arguments {args}." if args else
                                                                             "no arguments.")]
-      else:  # rubric, topic, sidebar, admonition, centered, glossary, only, container and the like
-        out += ([text(arg)] if arg else []) + paras
+      elif not (name == "rubric" and arg == "Footnotes"):  # the footnotes are left out: so is their heading
+        out += ([text(arg)] if arg else []) + paras  # topic, sidebar, admonition, glossary, only and the like
       continue
     if line.startswith("..") and (line == ".." or line.startswith(".. ")):  # comments, targets, substitutions
       _, i = block(lines, i + 1)
@@ -243,6 +246,9 @@ def rst_paragraphs(lines: list[str], labels: dict[str, str], subs: dict[str, str
        and not TABLE.match(stripped):
       out.append(text(stripped))  # a section title
       i += 2
+      continue
+    if UNDERLINE.match(stripped) and len(stripped) >= 4 and (i + 1 == n or not lines[i + 1].strip()):
+      i += 1  # a transition (a horizontal rule)
       continue
     if TABLE.match(stripped):  # a table: left out (a grid table to its last row, a simple one to its last rule)
       i += 1
@@ -260,7 +266,8 @@ def rst_paragraphs(lines: list[str], labels: dict[str, str], subs: dict[str, str
       body, i = block(lines, i + 1)
       paras = nested([line[len(item.group()):]] + body)
       marker = item.group().strip()
-      marker = "*" if marker in "*+-" else marker
+      auto += marker == "#."
+      marker = "*" if marker in "*+-" else f"{auto}." if marker == "#." else marker
       out += [f"{marker} {paras[0]}"] + paras[1:] if paras else []
       continue
     para, i = [stripped], i + 1

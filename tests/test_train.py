@@ -88,6 +88,12 @@ x      y
   onto a second line.
 * Another item.
 
+#. First.
+#. Second.
+
+--------------
+
+
 term
    Its definition.
 
@@ -98,6 +104,8 @@ Done ::
 
    code
 
+.. rubric:: Footnotes
+
 .. [#] A footnote.
 """
 
@@ -106,7 +114,8 @@ def test_rst_text_turns_markup_into_what_sphinx_shows():
   label's section title, PEP 8), literals, emphasis, links and substitutions to their text, footnote references
   gone; an API directive to its signatures (a backslash continues one) and its description; version notes,
   notes, audit events and availability in Sphinx's words; paragraphs and list items on one line each. Left
-  out: code after "::" and in code directives, interactive sessions, tables, comments, the index, footnotes."""
+  out: code after "::" and in code directives, interactive sessions, tables, transitions, comments, the index,
+  footnotes and their heading."""
   labels = train.section_labels([RST])
   assert labels == {"spam-intro": "spam --- An example module"}
   assert train.rst_text(RST, labels).split("\n") == [
@@ -122,7 +131,7 @@ def test_rst_text_turns_markup_into_what_sphinx_shows():
     "Raises an auditing event spam.eggs with arguments a, b.",
     "Availability: Unix.",
     "Some code:",
-    "* A list item that the author wrapped onto a second line.", "* Another item.",
+    "* A list item that the author wrapped onto a second line.", "* Another item.", "1. First.", "2. Second.",
     "term", "Its definition.",
     "Done"]
 
