@@ -800,9 +800,11 @@ def interpolate(hf, start: dict, share: float) -> None:
                         for k, v in hf.state_dict().items()})
 
 def train(name: str, r: Recipe, out: pathlib.Path, ckpt_root: pathlib.Path, seed: int, fresh: bool,
-          docs: pathlib.Path = DOCS) -> None:
+          docs: pathlib.Path = DOCS, export: bool = False) -> None:
   """Train one model on the corpus's tokens (pretrain, then finetune if the recipe asks), calibrate it on the
-  held-out files and save it over the full vocabulary in float16."""
+  held-out files and save it over the full vocabulary in float16. With export, no training: the best weights
+  that the run has kept so far (its best.pt, which a run under way keeps writing) are calibrated and saved, to
+  look at a run before it ends."""
   import torch
   torch.set_num_threads(1)  # one core: the other is for everything else
   enc = load_tokenizer()
@@ -817,8 +819,14 @@ def train(name: str, r: Recipe, out: pathlib.Path, ckpt_root: pathlib.Path, seed
         f"validation tokens of {r.corpus} (data {data}), {len(used):,} that it may emit; up to {r.steps} steps of "
         f"{r.batch} x {T} tokens, then {r.unlikelihood} of unlikelihood", file=sys.stderr)
   ckpt = ckpt_root / f"train-{name}"
-  pretrain(hf, r, ckpt, train_ids, val_ids, seed, fresh, data)
-  if r.unlikelihood:
+  if export:
+    hf.load_state_dict(torch.load(ckpt / "best.pt", weights_only=True))
+    saved = json.loads((ckpt / "state.json").read_text())
+    print(f"exporting the best weights of {ckpt} so far: step {saved['best_step']} of {saved['step']}",
+          file=sys.stderr)
+  else:
+    pretrain(hf, r, ckpt, train_ids, val_ids, seed, fresh, data)
+  if r.unlikelihood and not export:
     start = {k: v.clone() for k, v in hf.state_dict().items()}
     finetune(hf, r, ckpt, train_ids, val_ids, seed, fresh, data)
     interpolate(hf, start, r.unlikelihood_share)
@@ -880,6 +888,8 @@ def main() -> None:
                   "held-out files; no training")
   ap.add_argument("--docs", default=str(DOCS), help=f"the documentation's reStructuredText sources (default {DOCS}, "
                   "Debian's python3.11-doc; or a CPython checkout's Doc/)")
+  ap.add_argument("--export", action="store_true", help="no training: calibrate and save into --out the best "
+                  "weights a run (in --checkpoints) has kept so far, to look at a run under way")
   ap.add_argument("--corpus", choices=["docs", "topics"], help="docs (the default): the documentation's sources; "
                   "topics: pydoc_data.topics, with the recipes of the pair shipped in demo/")
   args = ap.parse_args()
@@ -893,7 +903,7 @@ def main() -> None:
   for name in names:
     r = Recipe(**{**recipes[name].__dict__, **change})
     train(args.name or name, r, pathlib.Path(args.out), pathlib.Path(args.checkpoints), args.seed, args.fresh,
-          pathlib.Path(args.docs))
+          pathlib.Path(args.docs), args.export)
 
 if __name__ == "__main__":
   main()

@@ -326,9 +326,9 @@ def test_training_and_scoring_leave_out_other_targets():
 
 @NEEDS_TOKENIZER
 def test_a_short_run_learns_resumes_and_saves_a_loadable_model(tmp_path):
-  """40 steps of a tiny model on the corpus: the validation loss falls from the uniform one, the best weights
-  are saved in the Hub's layout in float16 over 50257 tokens, and a second call resumes instead of training
-  again."""
+  """40 steps of a tiny model on the topics: the validation loss falls from the uniform one, the best weights
+  are saved in the Hub's layout in float16 over 50257 tokens, a second call resumes instead of training again,
+  and --export saves the same model from the run's best weights without training."""
   pytest.importorskip("torch", reason=NEEDS_HF)
   pytest.importorskip("transformers", reason=NEEDS_HF)
   train.train("tiny", TINY, tmp_path / "out", tmp_path / "ckpt", seed=0, fresh=False)
@@ -341,6 +341,9 @@ def test_a_short_run_learns_resumes_and_saves_a_loadable_model(tmp_path):
   assert load_model(str(tmp_path / "out" / "tiny")).wte.weight.shape == (50257, 16)
   train.train("tiny", TINY, tmp_path / "out2", tmp_path / "ckpt", seed=0, fresh=False)  # nothing left to do
   assert json.loads((tmp_path / "ckpt" / "train-tiny" / "state.json").read_text())["history"] == state["history"]
+  train.train("tiny", TINY, tmp_path / "out3", tmp_path / "ckpt", seed=0, fresh=False, export=True)  # no training
+  assert (tmp_path / "out3" / "tiny" / "model.safetensors").read_bytes() == \
+         (tmp_path / "out" / "tiny" / "model.safetensors").read_bytes()
 
 def test_repeats_marks_the_loops_of_the_continuation_only():
   """repeats: every token of a 4-gram the continuation (from start) already held; the prompt's do not count."""
