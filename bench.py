@@ -20,7 +20,7 @@ memory-bandwidth floor (the target's weights ÷ the bandwidth: --bandwidth, or m
 against it. --scoring times one target call of T tokens alone: in total, its host part, and t(T)/t(1).
 """
 from __future__ import annotations
-import argparse, json, os, pathlib, platform, statistics, sys, tempfile, textwrap, time
+import argparse, json, math, os, pathlib, platform, statistics, sys, tempfile, textwrap, time
 from dataclasses import asdict, fields
 from typing import Callable
 import numpy as np
@@ -93,7 +93,7 @@ def machine() -> str:
 def total(stats: list[Stats]) -> Stats:
   """The Stats of several runs pooled: counts and times added, the steps timed alone averaged (stopped_by, a
   word, is left out)."""
-  timed_alone = ("draft_call_time", "target_call_time")
+  timed_alone = ("draft_first_time", "draft_call_time", "target_call_time")
   numbers = [f.name for f in fields(Stats) if f.name not in ("stopped_by", *timed_alone)]
   pooled = Stats(**{name: sum(getattr(s, name) for s in stats) for name in numbers})
   for name in timed_alone:
@@ -103,13 +103,13 @@ def total(stats: list[Stats]) -> Stats:
 def run_pairs(target: GPT2, draft: GPT2 | NgramDraft, prompts: list[list[int]], n_tokens: int, K: int,
               sampling: Sampling, bar: tqdm, search: bool) -> tuple[list[tuple[Stats, Stats]], tuple]:
   """Warm up (and with search, search the kernels), time the steps alone, then continue each prompt i with
-  Algorithm 1 and Algorithm 2, both with seed i: their Stats, and the steps' seconds (draft, target at K+1
-  rows, target at 1 row)."""
+  Algorithm 1 and Algorithm 2, both with seed i: their Stats, and the steps' seconds (the draft's first step
+  of 2 rows and a later one of 1 row, the target's of K+1 rows, the target's of 1 row)."""
   settings = dict(temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p)
   warm_up(target, draft, prompts[0], K, dict(settings, seed=0))
   warm_up_baseline(target, prompts[0], K, dict(settings, seed=0))
   if search:
-    search_kernels(compiled_calls(target, draft))
+    search_kernels(compiled_calls(target, draft), math.inf)  # asked for: searched to the end
   steps = (*time_steps(target, draft, K, sampling), time_step(target, 1, sampling))
   runs = []
   for seed, prompt in enumerate(prompts):
@@ -117,12 +117,12 @@ def run_pairs(target: GPT2, draft: GPT2 | NgramDraft, prompts: list[list[int]], 
     runs.append((base, speculative_sample(target, draft, prompt, n_tokens, K=K, seed=seed, eos=None,
                                           **settings)[2]))
     if isinstance(draft, GPT2):
-      runs[-1][1].draft_call_time = steps[0]
-    runs[-1][1].target_call_time = steps[1]
+      runs[-1][1].draft_first_time, runs[-1][1].draft_call_time = steps[:2]
+    runs[-1][1].target_call_time = steps[2]
     bar.update(1)
   return runs, steps
 
-def summarize(K: int, runs: list[tuple[Stats, Stats]], steps: tuple[float, float, float]) -> dict:
+def summarize(K: int, runs: list[tuple[Stats, Stats]], steps: tuple[float, float, float, float]) -> dict:
   """One row of the table from the runs of one K: pooled figures, and per-prompt ones for the plots. c and
   t(K+1)/t(1) come from the steps timed alone (a round is one compiled call: its parts cannot be timed in it)."""
   base, spec = total([b for b, _ in runs]), total([s for _, s in runs])
@@ -132,17 +132,19 @@ def summarize(K: int, runs: list[tuple[Stats, Stats]], steps: tuple[float, float
           "alg2_ms_per_token": 1e3 / spec.tokens_per_second, "speedup": speedup, "alpha": alpha,
           "tokens_per_target_call": spec.tokens_per_target_call, "c": c, "mean_drafted": k,
           # a target step of K+1 rows against one of 1 row, each timed alone: the paper assumes about 1
-          "scoring_ratio": steps[1] / steps[2], "predicted": predicted,
-          "draft_step_ms": 1e3 * steps[0], "target_step_ms": 1e3 * steps[1], "target_one_row_ms": 1e3 * steps[2],
+          "scoring_ratio": steps[2] / steps[3], "predicted": predicted, "draft_first_step_ms": 1e3 * steps[0],
+          "draft_step_ms": 1e3 * steps[1], "target_step_ms": 1e3 * steps[2], "target_one_row_ms": 1e3 * steps[3],
           "measured_over_predicted": speedup / predicted,
           # Algorithm 2's round: one compiled call (K draft steps, the target's K+1 rows, tests, draws, read)
           "ms_per_round": 1e3 * spec.round_call_time,
+          # ... against its parts timed alone: above 1, the round runs other kernels than c was timed on
+          "round_over_parts": spec.round_call_time / spec.round_parts_time(K),
           "calls_per_round": spec.compiled_calls / spec.target_calls,
           "host_ms_per_round": 1e3 * spec.host_time / spec.compiled_calls,
           "alg1_seconds": [b.total_time for b, _ in runs], "alg2_seconds": [s.total_time for _, s in runs],
           "tokens_per_loop": [s.tokens_per_target_call for _, s in runs],
           "loop_seconds": [s.round_call_time for _, s in runs],
-          "draft_seconds_per_loop": [s.mean_drafted * s.draft_call_time for _, s in runs],
+          "draft_seconds_per_loop": [s.round_parts_time(K) - s.target_call_time for _, s in runs],
           "target_seconds_per_loop": [s.target_call_time for _, s in runs],
           "alg1": asdict(base), "alg2": asdict(spec)}
 
@@ -161,7 +163,7 @@ def scoring_cost(model: GPT2, lengths: range, reps: int, sampling: Sampling,
   model.prepare()
   for r in tqdm(range(reps + 2), desc="scoring (rounds over T)"):
     if r == 2 and search:
-      search_kernels(list(model.steps.values()))
+      search_kernels(list(model.steps.values()), math.inf)
     for T in lengths:  # T interleaved, so that a change of load on the machine touches every T alike
       start = time.perf_counter()
       step = model.step(T, sampling)
@@ -295,6 +297,7 @@ COLUMNS: list[tuple[str, Callable[[dict], str]]] = [
   ("predicted", lambda r: f"{r['predicted']:.2f}x"),
   ("meas/pred", lambda r: f"{r['measured_over_predicted']:.2f}"),
   ("ms/round", lambda r: f"{r['ms_per_round']:.2f}"),
+  ("round/parts", lambda r: f"{r['round_over_parts']:.2f}"),
   ("host ms/round", lambda r: f"{r['host_ms_per_round']:.2f}"),
   ("calls/round", lambda r: f"{r['calls_per_round']:.2f}"),
 ]
@@ -302,7 +305,9 @@ LEGEND = ("predicted: (1 − α̂^(K+1)) / ((1 − α̂)(Kc + 1)) from the measu
           "per call). c and t(K+1)/t(1): a draft step, and a target step of K+1 rows, against a target step "
           "of 1 row, each timed alone after the warm-up (a round is one compiled call, which cannot time its "
           "parts; the paper assumes t(K+1)/t(1) about 1). ms/round: one compiled round, from its launch until "
-          "its tokens are read on the host (on DEV=NULL: the host work of one whole round). host ms/round: "
+          "its tokens are read on the host (on DEV=NULL: the host work of one whole round). round/parts: "
+          "ms/round over its parts timed alone, the draft's first step (2 rows), its K−1 later ones (1 row) "
+          "and the target's K+1 rows, each compiled as the round runs it. host ms/round: "
           "until the launch returns (on CUDA or Metal, the host's own work; on the CPU the kernels run inside "
           "it). calls/round: compiled calls launched per round.")
 
@@ -377,7 +382,7 @@ def plot(rows: list[dict], header: str, n_tokens: int, out: pathlib.Path, tag: s
   fig, ax = plt.subplots(figsize=(6.4, 4.6))
   curves = (("loop_seconds", "whole round (one compiled call)"),
             ("target_seconds_per_loop", "target step of K + 1 tokens, timed alone"),
-            ("draft_seconds_per_loop", "K draft steps, timed alone"))
+            ("draft_seconds_per_loop", "the K draft steps (2 rows, then 1), timed alone"))
   for key, label in curves:
     errorbar(ax, key, label, scale=1e3)
   paths.append(save(fig, ax, "Time per loop", "milliseconds (mean ± sd over prompts)", "loop"))

@@ -5,7 +5,7 @@
                                                                                      # no model download
 """
 from __future__ import annotations
-import argparse, codecs, contextlib, sys, threading, time
+import _thread, argparse, codecs, contextlib, math, sys, threading, time
 from typing import Callable, Iterator
 from tinygrad import Device, dtypes
 from tinygrad.helpers import DEV
@@ -14,6 +14,13 @@ from sampling import Sampling
 from speculative import EOT, Stats, Stream, autoregressive_sample, expected_tokens_per_loop, predicted_speedup
 from speculative import NgramDraft, check_run, check_seed, speculative_sample, time_step
 from weights import LoadError, checkpoint_dir, load_model, load_tokenizer, random_model
+
+# The search after a run's text stops by itself after SEARCH_MINUTES; the next run goes on from the last kernel
+# searched (tinygrad's cache keeps each one). Its expected length: SEARCH_SECONDS_PER_KERNEL for each distinct
+# kernel the calls launch (Compiled.kernel_names), as measured on this project's 2-core CPU (docs/benchmarks.md):
+# a rough guide, as kernels differ in size and a faster machine searches faster.
+SEARCH_MINUTES = 8.0
+SEARCH_SECONDS_PER_KERNEL = 1.0
 
 # green, yellow, magenta; cyan: a plain target step, in a round where the draft proposed nothing
 COLOURS = {"accepted": "\033[32m", "resampled": "\033[33m", "bonus": "\033[35m", "target": "\033[36m"}
@@ -40,10 +47,17 @@ def report(stats: Stats, K: int | None = None) -> str:
               f"at α̂ and K = {stats.mean_drafted:.2f} drafted per call: "
               f"{expected_tokens_per_loop(a, stats.mean_drafted):.2f})",
               f"time per round        {1e3 * stats.round_call_time:.2f} ms (one compiled call: drafts, "
-              "target, tests and draws)",
-              f"time per draft token  {1e3 * stats.draft_call_time:.2f} ms (one draft step, timed alone)",
-              f"time per target call  {1e3 * stats.target_call_time:.1f} ms ({K + 1} rows, timed alone; "
-              f"c = {stats.cost_ratio:.3f})"]
+              "target, tests and draws)"]
+    if not math.isnan(stats.draft_first_time):  # a model draft: its two steps, timed alone
+      lines += [f"time per draft token  {1e3 * stats.draft_call_time:.2f} ms (one draft step of 1 row, timed "
+                f"alone; a round's first, 2 rows: {1e3 * stats.draft_first_time:.2f} ms)"]
+    else:
+      lines += [f"time per draft token  {1e3 * stats.draft_call_time:.2f} ms (prompt lookup, on the host)"]
+    parts = stats.round_parts_time(K)
+    lines += [f"time per target call  {1e3 * stats.target_call_time:.1f} ms ({K + 1} rows, timed alone; "
+              f"c = {stats.cost_ratio:.3f})",
+              f"round ÷ its parts     {stats.round_call_time / parts:.2f} (parts: {1e3 * parts:.2f} ms, the "
+              "steps above as the round runs them)"]
   else:
     lines += [f"time per target call  {1e3 * stats.target_call_time:.1f} ms (one compiled call: the pass "
               "and its draw)"]
@@ -83,6 +97,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                   help="load the weights as float16 (half the memory; for GPUs)")
   ap.add_argument("--tokenizer", help="folder with GPT-2's encoder.json and vocab.bpe "
                   "(default: tiktoken's download and cache)")
+  ap.add_argument("--search-minutes", type=float, default=SEARCH_MINUTES,
+                  help=f"the kernel search after the text stops after this long (default {SEARCH_MINUTES:.0f}); "
+                  "the next run goes on from there")
   return ap.parse_args(argv)
 
 def open_device(name: str | None, half: bool) -> None:
@@ -145,6 +162,9 @@ def check_args(args: argparse.Namespace) -> None:
   if not args.prompt:
     raise ValueError("The prompt is empty: give some text to continue.")
   check_seed(args.seed)
+  if not args.search_minutes > 0:
+    raise ValueError(f"--search-minutes is {args.search_minutes}: it must be more than 0 (BEAM=0 turns the "
+                     "search off).")
   if args.draft == "ngram":
     NgramDraft(args.ngram_max)
   open_device(args.device, args.half)
@@ -180,8 +200,8 @@ def warm_up(target: GPT2, draft: GPT2 | NgramDraft, prompt: list[int], K: int, s
       done.append(1)
   if any(not c.searched for c in compiled_calls(target, draft)) and target.search:
     print("(tinygrad's default kernels: the fastest are not searched yet on this machine, so this run "
-          "decodes about 2 to 3 times slower than later ones; after its text, it searches them once, some "
-          "minutes; BEAM=0 skips that)", file=sys.stderr)
+          "decodes about 2 to 3 times slower than later ones; after its text, it searches them, at most "
+          "--search-minutes a run; BEAM=0 skips that)", file=sys.stderr)
 
 def warm_up_baseline(target: GPT2, prompt: list[int], K: int, settings: dict) -> None:
   """Compile Algorithm 1's calls: the prompt's steps of K+1 rows (Algorithm 2's too) and its token step."""
@@ -189,31 +209,62 @@ def warm_up_baseline(target: GPT2, prompt: list[int], K: int, settings: dict) ->
     for _ in range(2):
       autoregressive_sample(target, prompt, 2, rows=K + 1, eos=None, **settings)
 
-def time_steps(target: GPT2, draft: GPT2 | NgramDraft, K: int, sampling: Sampling) -> tuple[float, float]:
-  """Seconds of one draft step (NaN for prompt lookup, which times itself) and one K+1-row target step, each
-  timed alone (compiled first): a fused round cannot time them apart."""
-  with heartbeat(lambda: "timing one draft step and one target step alone"):
-    t_draft = time_step(draft, 1, sampling) if isinstance(draft, GPT2) else float("nan")
-    return t_draft, time_step(target, K + 1, sampling)
+def time_steps(target: GPT2, draft: GPT2 | NgramDraft, K: int, sampling: Sampling) -> tuple[float, float, float]:
+  """Seconds of a round's parts, each timed alone (compiled first, as the round runs them): the draft's first
+  step of 2 rows and a later one of 1 row (NaN for prompt lookup, which times itself), and the target's step of
+  K+1 rows. A fused round cannot time them apart."""
+  with heartbeat(lambda: "timing the round's draft and target steps alone"):
+    nan = float("nan")
+    t_first, t_draft = (time_step(draft, 2, sampling), time_step(draft, 1, sampling)) \
+      if isinstance(draft, GPT2) else (nan, nan)
+    return t_first, t_draft, time_step(target, K + 1, sampling)
 
 def compiled_calls(target: GPT2, draft: GPT2 | NgramDraft) -> list:
   """Every compiled call these models have made: their steps and the rounds."""
   models = [target] + ([draft] if isinstance(draft, GPT2) else [])
   return [c for m in models for c in m.steps.values()] + list(target.rounds.values())
 
-def search_kernels(calls: list) -> None:
+@contextlib.contextmanager
+def deadline(seconds: float) -> Iterator[threading.Event]:
+  """Interrupt the main thread after `seconds`, as Ctrl-C would (tinygrad's search then stops its compile
+  workers); the event it yields tells that interrupt from the user's own Ctrl-C."""
+  expired = threading.Event()
+  def expire() -> None:
+    expired.set()
+    _thread.interrupt_main()
+  timer = threading.Timer(seconds, expire)
+  if math.isfinite(seconds):
+    timer.start()
+  try:
+    yield expired
+  finally:
+    timer.cancel()
+
+def search_kernels(calls: list, minutes: float = SEARCH_MINUTES) -> None:
   """Search the fastest kernels of every compiled call run with default ones, so that later runs use them:
-  once per machine, cached on disk. Ctrl-C stops it; the next run goes on from the last kernel searched."""
+  once per machine, cached on disk, at most `minutes` in this run. Ctrl-C stops it; the next run goes on from
+  the last kernel searched."""
   todo = [c for c in calls if not c.searched and c.width]
   if not todo:
     return
-  print(f"\nsearching the fastest kernels for later runs: {len(todo)} compiled calls, once on this machine "
-        "(minutes; Ctrl-C stops it and the next run goes on from there; BEAM=0 skips it)", file=sys.stderr)
-  current = [""]
-  with heartbeat(lambda: f"searching {current[0]}"):
-    for i, call in enumerate(todo):
-      current[0] = f"{i + 1} of {len(todo)} ({call.name})"
-      call.search()
+  expected = SEARCH_SECONDS_PER_KERNEL * len(set().union(*(c.kernel_names() for c in todo))) / 60
+  runs = math.ceil(expected / minutes)
+  print(f"\nsearching the fastest kernels for later runs: {len(todo)} compiled calls, once on this machine, "
+        f"about {expected:.0f} min in all (at most {minutes:.0f} min a run: about {runs} run{'s' * (runs > 1)}; "
+        "Ctrl-C stops it and the next run goes on from there; BEAM=0 skips it)", file=sys.stderr)
+  current, done = [""], []
+  try:
+    with heartbeat(lambda: f"searching {current[0]}"), deadline(60 * minutes) as expired:
+      for i, call in enumerate(todo):
+        current[0] = f"{i + 1} of {len(todo)} ({call.name})"
+        call.search()
+        done.append(call)
+  except KeyboardInterrupt:
+    if not expired.is_set():
+      raise
+    print(f"searched {len(done)} of {len(todo)} compiled calls in {minutes:.0f} min, this run's bound: the next "
+          "run goes on from there", file=sys.stderr)
+    return
   print("searched: later runs use these kernels", file=sys.stderr)
 
 def run(args: argparse.Namespace) -> None:
@@ -232,9 +283,9 @@ def run(args: argparse.Namespace) -> None:
                                    stream=printer(enc, args.trace), **settings)
   print()
   sampling = Sampling(args.temperature, args.top_k, args.top_p)
-  t_draft, stats.target_call_time = time_steps(target, draft, K, sampling)
+  t_first, t_draft, stats.target_call_time = time_steps(target, draft, K, sampling)
   if isinstance(draft, GPT2):
-    stats.draft_call_time = t_draft
+    stats.draft_first_time, stats.draft_call_time = t_first, t_draft
   print(f"\n--- Algorithm 2 (speculative): target {args.target}, draft {args.draft}, K={K}, "
         f"device {Device.DEFAULT}")
   print(report(stats, K))
@@ -248,7 +299,7 @@ def run(args: argparse.Namespace) -> None:
     print(f"\n\n--- Algorithm 1 (auto-regressive): target {args.target}\n{report(base)}")
     print(f"\nspeedup               {stats.tokens_per_second / base.tokens_per_second:.2f}x measured, "
           f"{predicted:.2f}x predicted by (1 - α^(K+1)) / ((1 - α)(Kc + 1)) from α̂ and c")
-  search_kernels(compiled_calls(target, draft))
+  search_kernels(compiled_calls(target, draft), args.search_minutes)
 
 def main(run: Callable[[argparse.Namespace], None] = run, args: argparse.Namespace | None = None) -> int:
   """Run a command: bad input, or a model or tokenizer that cannot be had, ends it with one sentence on stderr

@@ -10,12 +10,13 @@ It writes those T positions into the cache. Rolling back is calling again with a
 at or past it are overwritten before they are read. model.logits(idx) is train.py's forward, with no cache.
 """
 from __future__ import annotations
-import hashlib, math, os, pathlib
+import ctypes, hashlib, math, os, pathlib
 from dataclasses import dataclass
 from typing import Callable
 import numpy as np
 from tinygrad import Context, Device, Tensor, TinyJit, UOp, Variable, dtypes, nn
 from tinygrad.helpers import BEAM, diskcache_get, diskcache_put
+from tinygrad.uop.ops import Ops
 
 @dataclass(frozen=True)
 class GPT2Config:
@@ -46,21 +47,41 @@ PRESETS = {
 # padded with rows whose results are dropped: every call of up to `rows` tokens replays one step.
 BLOCK = 8      # the default rows
 MAX_ROWS = 64  # the widest step: the KV cache keeps MAX_ROWS - 1 spare positions for the padding rows
-ROWS = 4       # default kernels read a weight once for all rows only when 3 or 4 divides them: pad to this
+
+def width(rows: int, searched: bool) -> int:
+  """The rows a pass of `rows` tokens runs at, the layout of every compiled step and round. tinygrad's default
+  kernels read a weight once for all rows only when 3 or 4 divides them, else once per row, so a pass of 3 or
+  more rows runs padded to the next such number (5 rows to 6, 7 to 8). Timed alone on this project's 2-core
+  CPU (BEAM=0): gpt2's 5 rows 344 ms unpadded, 207 ms padded to 6, 283 ms to 8; the demo target's 68.6, 50.7
+  and 71.1 ms. 1 and 2 rows run as they are (the demo pair's 2 rows padded to 4: 8 to 13 % slower). A searched
+  kernel picks its own layout for the real rows: no padding."""
+  if searched or rows <= 2:
+    return rows
+  return next(w for w in range(rows, MAX_ROWS + 1) if w % 3 == 0 or w % 4 == 0)
 
 # Kernel search: BEAM times candidate layouts of each kernel and keeps the fastest (2 to 3 times faster than
 # the default kernels on a CPU), but takes minutes per step. So no call searches: a step compiles with default
 # kernels until Compiled.search has searched it on this machine (kept in ~/.cache/tinygrad). BEAM=0: no search;
 # BEAM=N: N candidates kept at each stage of the search, by default 4 on a GPU (an H100's gpt2-xl step of 5 rows
-# then cost 1.41 times one row, against 1.78 at 2, for 134 s of search instead of 74) and 2 on the CPU device,
-# whose searches are slower.
+# then cost 1.41 times one row, against 1.78 at 2, for 134 s of search instead of 74) and 2 where the kernels run
+# on this machine's CPU, whose searches are slower.
 SEARCH = int(os.environ["BEAM"]) if "BEAM" in os.environ else None
 BEAM.value = 0  # tinygrad reads BEAM too: outside Compiled.search (loading, training, sampling) nothing searches
+
+def on_host_cpu(device: str) -> bool:
+  """Whether the device's kernels run on this machine's CPU: tinygrad's CPU device, or an OpenCL driver for the
+  CPU (pocl), told apart from an OpenCL GPU by the device type that OpenCL reports, not by a name."""
+  if device.split(":")[0] != "CL":
+    return device.split(":")[0] == "CPU"
+  from tinygrad.runtime.autogen import opencl as cl
+  kind = ctypes.c_uint64()
+  cl.clGetDeviceInfo(Device[device].cl_dev, cl.CL_DEVICE_TYPE, ctypes.sizeof(kind), ctypes.byref(kind), None)
+  return bool(kind.value & cl.CL_DEVICE_TYPE_CPU)
 
 def search_width(device: str) -> int:
   """How wide a search of the kernels is on the device: BEAM if set, else as above; 0 on DEV=NULL, which runs
   no kernel to time."""
-  return 0 if device == "NULL" else SEARCH if SEARCH is not None else 2 if device == "CPU" else 4
+  return 0 if device == "NULL" else SEARCH if SEARCH is not None else 2 if on_host_cpu(device) else 4
 # what a step's kernels depend on besides its shape: this file and the sampling heads
 SOURCE = hashlib.sha256(b"".join((pathlib.Path(__file__).parent / f).read_bytes()
                                  for f in ("gpt2.py", "sampling.py"))).hexdigest()[:16]
@@ -185,6 +206,12 @@ class Compiled:
       self.host = np.zeros(out.shape, out.dtype.fmt)  # zeros: DEV=NULL copies nothing in
     return read(out, self.host)
 
+  def kernel_names(self) -> set[str]:
+    """The names of the kernels its replay launches, each once: about the kernels a search of it times (a
+    layer's kernels repeat in every layer, under one name, and are searched once)."""
+    linear = self.jit.captured.linear.toposort() if self.jit.captured is not None else []
+    return {u.arg.name for u in linear if u.op is Ops.PROGRAM}
+
   def search(self) -> None:
     """Search its fastest kernels with tinygrad's BEAM (minutes), recompile with them, and remember that."""
     self.searched = True
@@ -240,22 +267,32 @@ class GPT2:
       x = block(x, None)
     return self.ln_f(x) @ self.wte.weight.T
 
+  def forward_rows(self, ids: Tensor, start_pos: int | UOp, head: Head | None, searched: bool) -> Tensor:
+    """head(logits) after each of the T token ids at start_pos.., run at width(T, searched) rows: what every
+    compiled step and round runs, so that a step timed alone launches the kernels a round launches. Its result
+    has all the rows, realized as one buffer: slicing the padding away before then could shrink the matmuls
+    back to T rows, another layout. The padding rows (token 0) come after the real ones, so that causal
+    attention keeps them out of the real rows; their keys and values land at start_pos+T.., past every real
+    position, where the next call writes before it reads (also at K = 63 with the prompt two tokens before
+    the context's end: the cache's MAX_ROWS - 1 spare positions hold them)."""
+    T = ids.shape[0]
+    logits = self.forward(ids.pad(((0, width(T, searched) - T),)), start_pos)
+    return (logits if head is None else head(logits)).contiguous()
+
   def signature(self) -> str:
     """What its compiled calls' kernels depend on besides their shape."""
     w = self.wte.weight
     return f"{self.config}|{w.dtype}|{w.device}|BEAM={self.search}|{SOURCE}"
 
   def step(self, rows: int, head: Head | None) -> Compiled:
-    """The compiled call on `rows` tokens (a multiple of ROWS with default kernels): Variables start_pos and
-    one id per row, result head(logits) for every row (those past the tokens given are padding)."""
+    """The compiled call on `rows` tokens: Variables start_pos and one id per row, result head(logits) for
+    width(rows) rows (forward_rows; those past the tokens given are padding)."""
     if (rows, head) not in self.steps:
       def build(searched: bool) -> tuple[Callable[..., Tensor], list[UOp]]:
-        width = rows if searched or rows == 1 else -(-rows // ROWS) * ROWS
         def run(start_pos: UOp, *ids: UOp) -> Tensor:
-          logits = self.forward(symbolic_ids(ids), start_pos)
-          return (logits if head is None else head(logits)).contiguous()  # stays on the device: see read
+          return self.forward_rows(symbolic_ids(ids), start_pos, head, searched)  # stays on the device: see read
         variables = [Variable("start_pos", 0, self.config.n_ctx - 1)]
-        return run, variables + [Variable(f"id{t}", 0, self.config.vocab_size - 1) for t in range(width)]
+        return run, variables + [Variable(f"id{t}", 0, self.config.vocab_size - 1) for t in range(rows)]
       name = f"{self.config.n_layer} layers, {rows} rows"
       signature = f"{self.signature()}|rows={rows}|{head!r}"
       self.steps[(rows, head)] = Compiled(name, signature, self.search, build)

@@ -24,7 +24,7 @@ float32 product, so it accepts with probability min(1, q/p) ± 2^-23. The random
 generator keyed by (seed, round), so the same seed gives the same tokens on the same device, run after run.
 """
 from __future__ import annotations
-import hashlib, pathlib, time
+import hashlib, math, pathlib, time
 from dataclasses import dataclass
 from typing import Callable
 import numpy as np
@@ -86,11 +86,13 @@ def sample_draft(p_t: Tensor, bits: Tensor) -> Tensor:
   """Algorithm 2: "Sample draft auto-regressively x̃_t ~ p(x|x_1, ..., x_n, x̃_1, ..., x̃_{t-1})"."""
   return draw(p_t, bits)
 
-def score(target: GPT2, ids: Tensor, start_pos: UOp, sampling: Sampling) -> Tensor:
+def score(target: GPT2, ids: Tensor, start_pos: UOp, sampling: Sampling, searched: bool) -> Tensor:
   """Algorithm 2: "In parallel, compute K + 1 sets of logits from drafts x̃_1, ..., x̃_K:
   q(x|x_1, ..., x_n), q(x|x_1, ..., x_n, x̃_1), ..., q(x|x_1, ..., x_n, x̃_1, ..., x̃_K)":
-  one pass of the target on [x_n, x̃_1, ..., x̃_K] from cache position n-1, then the draft's Sampling."""
-  return sampling(target.forward(ids, start_pos))
+  one pass of the target on [x_n, x̃_1, ..., x̃_K] from cache position n-1, then the draft's Sampling. The
+  pass runs the target's step of K+1 rows, padding included (GPT2.forward_rows): its kernels are the ones that
+  c and t(K+1)/t(1) are timed on; the padding rows are dropped after they are realized."""
+  return target.forward_rows(ids, start_pos, sampling, searched)[:ids.shape[0]]
 
 def accept(r: Tensor, p_x: Tensor, q_x: Tensor) -> Tensor:
   """Algorithm 2: "if r < min(1, q(x|x_1, ..., x_{n+t-1}) / p(x|x_1, ..., x_{n+t-1}))" as r·p < q: no
@@ -136,13 +138,14 @@ def verify(drafts: Tensor, p: Tensor, q: Tensor, k: int | UOp, bits: Tensor) -> 
 # ***** one compiled call per round (and per token for Algorithm 1) *****
 
 def propose(draft: GPT2, last_two: Tensor, start: UOp, j: UOp, K: int, sampling: Sampling,
-            bits: Tensor) -> tuple[Tensor, Tensor]:
+            bits: Tensor, searched: bool) -> tuple[Tensor, Tensor]:
   """The draft's K steps of a round: x̃ (K,) int32 and p (K, V). Its first step feeds the last two tokens of
   x from cache position start (it may lack both: after an all-accept round it never fed x̃_K) and reads row
-  j (1; 0 when x is one token, fed twice); each later step feeds the x̃ drawn before it."""
+  j (1; 0 when x is one token, fed twice); each later step feeds the x̃ drawn before it. Each step runs the
+  draft's compiled step of as many rows (GPT2.forward_rows), the kernels timed alone."""
   drafts, p, ids, rows = [], [], last_two, Tensor.full((1,), j, dtype=dtypes.int32)
   for t in range(K):
-    p.append(sampling(draft.forward(ids, start + j + t if t else start))[rows])
+    p.append(draft.forward_rows(ids, start + j + t if t else start, sampling, searched)[rows])
     drafts.append(sample_draft(p[-1], bits[2 * t:2 * t + 2].reshape(1, 2)))
     # realized step by step inside the compiled call: the same kernels, but scheduled as K small graphs, which
     # tinygrad compiles several times faster than one graph of K steps
@@ -159,18 +162,20 @@ def bound(name: str, top: int) -> UOp:
   return Variable(name, 0, top)
 
 def model_round(target: GPT2, draft: GPT2, K: int, sampling: Sampling) -> Compiled:
-  """Algorithm 2's round with a model draft, compiled: Variables (start, j, x_{n-1}, x_n, k, seed, round)
-  with start = n-2 (0 when n = 1) and j = n-1-start; result int32 (K+3,): the round's tokens, a, NaN flag."""
+  """Algorithm 2's round with a model draft, compiled: Variables (start, j, x_{n-1}, x_n, k, seed, round, n-1)
+  with start = n-2 (0 when n = 1) and j = n-1-start; result int32 (K+3,): the round's tokens, a, NaN flag.
+  The target's position n-1 is a Variable of its own, not start + j: a sum of two Variables gives some of its
+  kernels another layout than its step timed alone, whose position is one Variable."""
   n_ctx, V = min(target.config.n_ctx, draft.config.n_ctx), target.config.vocab_size
   def build(searched: bool) -> tuple[Callable[..., Tensor], list[UOp]]:
-    def run(start: UOp, j: UOp, before: UOp, last: UOp, k: UOp, seed: UOp, counter: UOp) -> Tensor:
+    def run(start: UOp, j: UOp, before: UOp, last: UOp, k: UOp, seed: UOp, counter: UOp, at: UOp) -> Tensor:
       bits = random_bits(seed, counter, 3 * K + 2).realize()  # realized once, or each use would recompute it
       ids = symbolic_ids((before, last))
-      drafts, p = propose(draft, ids, start, j, K, sampling, bits[K + 2:])
-      q = score(target, ids[1:].cat(drafts), start + j, sampling).realize()
+      drafts, p = propose(draft, ids, start, j, K, sampling, bits[K + 2:], searched)
+      q = score(target, ids[1:].cat(drafts), at, sampling, searched).realize()
       return flagged(verify(drafts, p, q, k, bits[:K + 2]), p, q)
     variables = [bound("start", n_ctx - 2), bound("j", 1), bound("before", V - 1), bound("last", V - 1),
-                 bound("k", K), bound("seed", SEED_MAX), bound("round", SEED_MAX)]
+                 bound("k", K), bound("seed", SEED_MAX), bound("round", SEED_MAX), bound("at", n_ctx - 1)]
     return run, variables
   name = f"a round: {draft.config.n_layer}-layer draft, {target.config.n_layer}-layer target, K={K}"
   signature = f"round|{target.signature()}|{draft.signature()}|K={K}|{sampling!r}|{SOURCE}"
@@ -184,7 +189,7 @@ def lookup_round(target: GPT2, K: int, sampling: Sampling) -> Compiled:
     def run(last: UOp, *rest: UOp) -> Tensor:
       *given, k, seed, counter, start = rest
       drafts = symbolic_ids(given)
-      q = score(target, symbolic_ids((last, *given)), start, sampling)
+      q = score(target, symbolic_ids((last, *given)), start, sampling, searched)
       return flagged(verify(drafts, one_hot(drafts, V), q, k, random_bits(seed, counter, K + 2)), q)
     variables = [bound("last", V - 1), *[bound(f"draft{t}", V - 1) for t in range(K)], bound("k", K),
                  bound("seed", SEED_MAX), bound("round", SEED_MAX), bound("start", n_ctx - 1)]
@@ -198,7 +203,7 @@ def token_step(target: GPT2, sampling: Sampling) -> Compiled:
   n_ctx, V = target.config.n_ctx, target.config.vocab_size
   def build(searched: bool) -> tuple[Callable[..., Tensor], list[UOp]]:
     def run(last: UOp, seed: UOp, counter: UOp, start: UOp) -> Tensor:
-      q = score(target, symbolic_ids((last,)), start, sampling)
+      q = score(target, symbolic_ids((last,)), start, sampling, searched)
       return flagged(draw(q, random_bits(seed, counter, 2).reshape(1, 2)), q)
     variables = [bound("last", V - 1), bound("seed", SEED_MAX), bound("round", SEED_MAX),
                  bound("start", n_ctx - 1)]
@@ -260,8 +265,9 @@ class NgramDraft:
 @dataclass
 class Stats:
   """What a run measured. A round is one compiled call, so the draft's and the target's shares of it cannot be
-  timed inside it: draft_call_time and target_call_time are each step timed alone (time_steps), filled in by
-  whoever timed them (the CLI, bench.py), except for prompt lookup and Algorithm 1, which time their own."""
+  timed inside it: draft_first_time, draft_call_time and target_call_time are its steps timed alone, compiled
+  as the round runs them (time_step), filled in by whoever timed them (the CLI, bench.py), except for prompt
+  lookup and Algorithm 1, which time their own."""
   new_tokens: int = 0
   target_calls: int = 0      # target passes after the prompt: one per round (per token in Algorithm 1)
   drafted: int = 0           # draft tokens proposed
@@ -271,8 +277,9 @@ class Stats:
   compiled_calls: int = 0    # compiled calls launched after the prompt
   round_time: float = 0.0    # seconds in them, from each launch until its numbers were read on the host
   host_time: float = 0.0     # seconds until each launch returned: on CUDA or Metal, the host's own work
-  draft_call_time: float = float("nan")   # seconds to draft one token: one draft step timed alone, or a
-                                          # share of prompt lookup's host work
+  draft_first_time: float = float("nan")  # seconds of a round's first draft step, of 2 rows, timed alone
+  draft_call_time: float = float("nan")   # seconds to draft one token: one draft step of 1 row timed alone,
+                                          # or a share of prompt lookup's host work
   target_call_time: float = float("nan")  # seconds of one target step of K+1 rows timed alone; for
                                           # Algorithm 1, its whole call (pass and draw)
   total_time: float = 0.0
@@ -302,6 +309,14 @@ class Stats:
   def round_call_time(self) -> float:
     """Seconds per compiled call: a whole round of Algorithm 2 (a token of Algorithm 1), read included."""
     return self.round_time / max(self.compiled_calls, 1)
+
+  def round_parts_time(self, K: int) -> float:
+    """Seconds of a round's parts, each timed alone: the draft's first step (2 rows), its K-1 later steps
+    (1 row) and the target's K+1 rows; for prompt lookup, whose drafts come from the host, the target's alone.
+    A round that costs more than its parts runs other kernels than the ones c was timed on."""
+    if math.isnan(self.draft_first_time):  # no model draft
+      return self.target_call_time
+    return self.draft_first_time + (K - 1) * self.draft_call_time + self.target_call_time
 
   @property
   def cost_ratio(self) -> float:
@@ -423,7 +438,7 @@ def speculative_sample(target: GPT2, draft: GPT2 | NgramDraft, prompt_tokens: li
     if isinstance(draft, GPT2):
       fed = max(n - 2, 0)  # the draft re-feeds x_{n-1} and x_n from there (x_1 twice when n = 1)
       out = run_call(compiled(target, model_round, draft, K, sampling),
-                     [fed, n - 1 - fed, x[fed], x[-1], k, seed, stats.target_calls], stats)
+                     [fed, n - 1 - fed, x[fed], x[-1], k, seed, stats.target_calls, n - 1], stats)
     else:
       lookup = time.perf_counter()
       drafts = draft.propose(x, k)

@@ -3,6 +3,7 @@ DEV=NULL, which runs no kernel (seconds, not minutes), without JIT graphs (bench
 counts an H100 runs. A decode step is bound by its number of kernels as much as by its bytes, so these hold
 what gpt2.py's layer norm and attention are shaped for."""
 import os, subprocess, sys
+import pytest
 from tiny import REPO
 
 # One block's 11 kernels: ln_1's statistics; q, k, v (ln_1's normalisation inside its load); the KV write; the
@@ -43,3 +44,72 @@ def test_the_count_sees_a_layer_norm_in_three_kernels(tmp_path):
   layer norm, 25 in all), and the same limits must fail."""
   (one_row, _), (five_rows, _) = count(tmp_path, unpacked=True)
   assert one_row == ONE_ROW_KERNELS + 25 and five_rows > FIVE_ROW_KERNELS, (one_row, five_rows)
+
+# A round's parts, by kernel names. The kernels a round launches (counted as tinygrad's DEBUG=2 names them, with
+# every symbolic size, start_pos or start+j+t, read as "(n)") must hold the target's step of K+1 rows and the
+# draft's K-1 one-row steps, each as time_step compiles it alone: then c and t(K+1)/t(1) are the round's. Not
+# counts: a step padded to 8 rows and one of 5 differ by 3 kernels, and by the names of all the others. Left out:
+# the kernels named "E" alone, each of which writes one Variable into a one-element buffer (a step's token ids;
+# a round's target reads its drafts instead)
+NAMES = r"""
+import collections, re, sys
+import tinygrad.engine.realize as realize
+from tinygrad import Context
+from tinygrad.uop.ops import Ops
+from gpt2 import Compiled
+from sampling import Sampling
+from speculative import compiled, lookup_round, model_round
+from weights import random_model
+names = []
+track_stats = realize.track_stats
+def spy(ctx, call, *args):  # every kernel that a replay launches, by name
+  for _, kernel in realize.get_call_kernels(call):
+    name = re.sub(r"\x1b\[[0-9;]*m", "", kernel.src[0].arg.name) if kernel.src[0].op is Ops.PROGRAM else "E"
+    if name != "E":
+      names.append(re.sub(r"\([^)]*\)", "(n)", name))
+  return track_stats(ctx, call, *args)
+realize.track_stats = spy
+def launched(call, searched, *values):  # a fresh copy of the call without JIT graphs: compile, capture, replay
+  with Context(JIT=2):
+    alone = Compiled(call.name, call.signature, call.width, lambda _: call.build(searched))
+    for _ in range(3):
+      names.clear()
+      alone(*values)
+  return collections.Counter(names)
+sampling = Sampling()
+target, draft = random_model("2,4,128", seed=0), random_model("1,2,64", seed=1)
+target.prepare(), draft.prepare()
+draft_step = launched(draft.step(1, sampling), False, 5)
+for K in (2, 4, 6):  # 3, 5 and 7 rows: run at 3, 6 and 8 (gpt2.width)
+  target_step = launched(target.step(K + 1, sampling), False, 5)
+  later_drafts = collections.Counter({kernel: n * (K - 1) for kernel, n in draft_step.items()})
+  calls = (("round", compiled(target, model_round, draft, K, sampling), (4, 1, 1, 2, K, 0, 0, 5), later_drafts),
+           ("lookup", compiled(target, lookup_round, K, sampling), (1,) * (K + 1) + (K, 0, 0, 5), collections.Counter()))
+  for name, call, values, drafts in calls:
+    # at K = 4 also the control: the call built as searched kernels are (5 rows, unpadded), beside default steps
+    for layout in ("default", "unpadded") if K == 4 else ("default",):
+      missing = target_step + drafts - launched(call, layout == "unpadded", *values)
+      print(K, name, layout, sum(missing.values()))
+"""
+
+@pytest.fixture(scope="module")
+def missing(tmp_path_factory) -> dict[tuple[int, str, str], int]:
+  """{(K, call, layout): how many kernels of the call's parts timed alone it did not launch}, from one fresh
+  DEV=NULL process (about 3 minutes: it compiles 9 rounds)."""
+  cache = tmp_path_factory.mktemp("names") / "cache.db"
+  env = {**os.environ, "DEV": "NULL", "NULL_ALLOW_COPYOUT": "1", "CACHEDB": str(cache)}
+  out = subprocess.run([sys.executable, "-c", NAMES], capture_output=True, text=True, cwd=REPO, env=env,
+                       timeout=900)
+  assert out.returncode == 0, out.stderr
+  return {(int(K), name, layout): int(n) for K, name, layout, n in (l.split() for l in out.stdout.splitlines()[-8:])}
+
+@pytest.mark.parametrize("K", [2, 4, 6])
+def test_a_round_launches_the_kernels_of_its_parts_timed_alone(missing, K):
+  """With default kernels (BEAM=0), the round and prompt lookup's round launch every kernel of the target's
+  K+1-row step and the draft's one-row steps, as time_step runs them alone."""
+  assert missing[(K, "round", "default")] == 0 and missing[(K, "lookup", "default")] == 0, missing
+
+def test_the_names_tell_an_unpadded_target_pass(missing):
+  """Negative control: the same rounds built with 5 rows unpadded (the kernels before the round ran its steps'
+  layout), beside steps padded to 6 rows, must miss most of the target step's kernels."""
+  assert missing[(4, "round", "unpadded")] >= 20 and missing[(4, "lookup", "unpadded")] >= 20, missing

@@ -1,6 +1,6 @@
 """speculative.py: greedy equals Algorithm 1, a perfect draft is always accepted, the stopping rules hold, and
 the CLI works as a user runs it, with one clear sentence for bad input."""
-import os, signal, sqlite3, subprocess, sys, threading, time
+import os, re, signal, sqlite3, subprocess, sys, threading, time
 import numpy as np, pytest
 from tinygrad import Tensor
 from tiny import REPO, TOKENIZER_DIR, run_script, write_checkpoint
@@ -74,6 +74,18 @@ def test_never_runs_past_the_context(models):
   tokens, _, _ = speculative_sample(target, draft, prompt, 100, K=6, eos=None)
   assert len(prompt) + len(tokens) == 48
   assert len(autoregressive_sample(target, prompt, 100, eos=None)[0]) == 4
+
+@pytest.mark.parametrize("K", [62, 63])
+@pytest.mark.parametrize("prompt_len", [4, 46])
+def test_the_widest_rounds_padding_never_reaches_the_tokens(models, K, prompt_len):
+  """K = 62 runs the target's 63 rows padded to 64, K = 63 its 64 rows: with the prompt at the start of the
+  context, and ending two tokens before its end (46 of 48), where the padding rows' positions lie past it.
+  Greedy prompt lookup, whose drafts follow the repeating prompt, must still emit Algorithm 1's tokens."""
+  target, _, _ = models
+  prompt = (PROMPT * 12)[:prompt_len]
+  expected, _ = autoregressive_sample(target, prompt, 40, temperature=0, eos=None)
+  got, origins, stats = speculative_sample(target, NgramDraft(), prompt, 40, K=K, temperature=0, eos=None)
+  assert got == expected and stats.drafted > 0
 
 def test_ngram_draft_proposes_what_followed_the_latest_match():
   draft = NgramDraft(max_n=3)
@@ -214,6 +226,7 @@ def test_cli_prints_text_and_stats(gpt2_vocab_models):
   assert first.returncode == 0, first.stderr
   assert (first.stdout.startswith("Alan Turing theorized that") and "acceptance rate α̂" in first.stdout
           and "new tokens            12" in first.stdout)
+  assert re.search(r"round ÷ its parts     \d+\.\d\d \(parts: \d+\.\d\d ms", first.stdout), first.stdout
   text = lambda out: out.split("\n\n---")[0]
   assert text(first.stdout) == text(second.stdout)  # same seed, same tokens
 
@@ -280,6 +293,30 @@ def test_cli_bad_input_gets_one_sentence_and_exit_2(gpt2_vocab_models, tmp_path)
     assert out.returncode == 2 and message in out.stderr, f"{case}: {out.stderr}"
     assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1, \
       f"{case}: {out.stderr}"
+
+def searched_kernels(cache: str) -> int:
+  """How many kernel searches the tinygrad cache at `cache` holds."""
+  import tinygrad.helpers
+  try:
+    return sqlite3.connect(cache).execute(f"SELECT count(*) FROM beam_search_{tinygrad.helpers.VERSION}").fetchone()[0]
+  except sqlite3.OperationalError:  # no search yet: no table
+    return 0
+
+def test_the_search_stops_at_its_bound_and_the_next_run_goes_on(gpt2_vocab_models, tmp_path):
+  """A run whose search outlasts --search-minutes stops it by itself, says how far it got, and exits 0 soon
+  after the bound; what it searched stays in the cache, and the next run goes on from there to the end."""
+  target, draft, *tok = gpt2_vocab_models
+  cache = str(tmp_path / "cache.db")
+  args = ["--prompt", "Hello", "--target", target, "--draft", draft, *tok, "--max-new-tokens", "6"]
+  bounded = cli(*args, "--search-minutes", "0.05", env={"BEAM": "1", "CACHEDB": cache})
+  assert bounded.returncode == 0, bounded.stderr
+  assert "this run's bound: the next run goes on from there" in bounded.stderr, bounded.stderr
+  assert "searched: later runs use these kernels" not in bounded.stderr and "Traceback" not in bounded.stderr
+  first = searched_kernels(cache)
+  assert first > 0, "nothing searched within the bound: no progress to go on from"
+  rest = cli(*args, env={"BEAM": "1", "CACHEDB": cache})
+  assert rest.returncode == 0 and "searched: later runs use these kernels" in rest.stderr, rest.stderr
+  assert searched_kernels(cache) > first
 
 def test_first_run_says_its_kernels_are_not_searched_and_ctrl_c_ends_the_search(gpt2_vocab_models, tmp_path):
   """With the search on and an empty cache, a run compiles tinygrad's default kernels only, says so, prints
