@@ -5,11 +5,11 @@
                                                                                      # no model download
 """
 from __future__ import annotations
-import _thread, argparse, codecs, contextlib, math, sys, threading, time
+import argparse, codecs, contextlib, math, os, signal, sys, threading, time
 from typing import Callable, Iterator
-from tinygrad import Device, dtypes
+from tinygrad import Device, Tensor, dtypes
 from tinygrad.helpers import DEV
-from gpt2 import GPT2, MAX_ROWS
+from gpt2 import GPT2, MAX_ROWS, on_host_cpu
 from sampling import Sampling
 from speculative import EOT, Stats, Stream, autoregressive_sample, expected_tokens_per_loop, predicted_speedup
 from speculative import NgramDraft, check_run, check_seed, speculative_sample, time_step
@@ -102,9 +102,25 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                   "the next run goes on from there")
   return ap.parse_args(argv)
 
+def host_cpu_instead() -> bool:
+  """Whether to run on tinygrad's CPU device where tinygrad, with DEV unset, picked an OpenCL driver that runs on
+  this machine's CPU (pocl): the same processor, but clang compiles the try-it's kernels in about 30 s where
+  pocl took over 2 minutes before its first text (docs/benchmarks.md). DEV=CL or --device CL keeps OpenCL."""
+  if "DEV" in os.environ or Device.DEFAULT == "CPU" or not on_host_cpu(Device.DEFAULT):
+    return False
+  try:
+    (Tensor.ones(1, device="CPU") + 1).realize()  # its compiler (clang) is here
+  except Exception:
+    return False
+  print(f"(tinygrad picked {Device.DEFAULT}, an OpenCL driver on this machine's CPU: running on tinygrad's CPU "
+        "device instead, which compiles faster; DEV=CL keeps OpenCL)", file=sys.stderr)
+  return True
+
 def open_device(name: str | None, half: bool) -> None:
   """Open the device (name, or tinygrad's choice) and its compiler now, and refuse what it cannot do, so that
   an unusable device or setting fails with one sentence before any model loads."""
+  if name is None and host_cpu_instead():
+    name = "CPU"
   try:
     device = Device[name.upper() if name else Device.DEFAULT]
     renderer = device.renderer  # the kernel compiler: on CUDA this loads NVRTC
@@ -225,19 +241,27 @@ def compiled_calls(target: GPT2, draft: GPT2 | NgramDraft) -> list:
   return [c for m in models for c in m.steps.values()] + list(target.rounds.values())
 
 @contextlib.contextmanager
-def deadline(seconds: float) -> Iterator[threading.Event]:
-  """Interrupt the main thread after `seconds`, as Ctrl-C would (tinygrad's search then stops its compile
-  workers); the event it yields tells that interrupt from the user's own Ctrl-C."""
-  expired = threading.Event()
+def deadline(seconds: float, grace: float = 30.0) -> Iterator[threading.Event]:
+  """Send this process SIGINT after `seconds`, as Ctrl-C would (tinygrad's search then stops its compile
+  workers); the event it yields tells that interrupt from the user's own Ctrl-C. A driver can hold the signal
+  inside its own compiler (pocl's OpenCL did for minutes): if the block has not ended `grace` seconds later, the
+  process ends there, with exit code 0, its cache as the last search left it."""
+  expired, ended = threading.Event(), threading.Event()
   def expire() -> None:
     expired.set()
-    _thread.interrupt_main()
+    os.kill(os.getpid(), signal.SIGINT)
+    if not ended.wait(grace):
+      print(f"stopped at this run's bound of {seconds / 60:.0f} min: the next run goes on from there",
+            file=sys.stderr, flush=True)
+      os._exit(0)
   timer = threading.Timer(seconds, expire)
+  timer.daemon = True
   if math.isfinite(seconds):
     timer.start()
   try:
     yield expired
   finally:
+    ended.set()
     timer.cancel()
 
 def search_kernels(calls: list, minutes: float = SEARCH_MINUTES) -> None:

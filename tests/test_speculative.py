@@ -294,6 +294,23 @@ def test_cli_bad_input_gets_one_sentence_and_exit_2(gpt2_vocab_models, tmp_path)
     assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1, \
       f"{case}: {out.stderr}"
 
+def test_with_dev_unset_a_cpu_opencl_driver_gives_way_to_the_cpu_device(gpt2_vocab_models):
+  """With DEV unset, tinygrad picks OpenCL where a driver is installed; where that driver runs on this machine's
+  CPU (pocl, as CI installs it), the run uses tinygrad's CPU device instead and says so in one line."""
+  target, draft, *tok = gpt2_vocab_models
+  env = {k: v for k, v in os.environ.items() if k != "DEV"}
+  out = subprocess.run([sys.executable, str(REPO / "speculative.py"), "--prompt", "Hello", "--target", target,
+                        "--draft", draft, *tok, "--max-new-tokens", "4"], capture_output=True, text=True,
+                       cwd=REPO, env={**env, "BEAM": "0"}, timeout=600)
+  assert out.returncode == 0, out.stderr
+  which = "from tinygrad import Device; from gpt2 import on_host_cpu; print(Device.DEFAULT, on_host_cpu(Device.DEFAULT))"
+  picked, on_cpu = subprocess.run([sys.executable, "-c", which], capture_output=True, text=True, cwd=REPO,
+                                  env=env).stdout.split()
+  if picked != "CPU" and on_cpu == "True":  # pocl here: the run moved to the CPU device
+    assert "an OpenCL driver on this machine's CPU" in out.stderr and "device CPU" in out.stdout, out.stderr
+  else:
+    assert f"device {picked}" in out.stdout and "OpenCL driver" not in out.stderr
+
 def searched_kernels(cache: str) -> int:
   """How many kernel searches the tinygrad cache at `cache` holds."""
   import tinygrad.helpers
