@@ -5,7 +5,7 @@
                                                                                      # no model download
 """
 from __future__ import annotations
-import argparse, codecs, contextlib, math, os, signal, sys, threading, time
+import argparse, codecs, contextlib, math, multiprocessing, os, signal, sys, threading, time
 from typing import Callable, Iterator
 from tinygrad import Device, Tensor, dtypes
 from tinygrad.helpers import DEV
@@ -17,10 +17,11 @@ from weights import LoadError, checkpoint_dir, load_model, load_tokenizer, rando
 
 # The search after a run's text stops by itself after SEARCH_MINUTES; the next run goes on from the last kernel
 # searched (tinygrad's cache keeps each one). Its expected length: SEARCH_SECONDS_PER_KERNEL for each distinct
-# kernel the calls launch (Compiled.kernel_names), as measured on this project's 2-core CPU (docs/benchmarks.md):
-# a rough guide, as kernels differ in size and a faster machine searches faster.
+# kernel the calls launch (Compiled.kernel_names): the try-it's 6 calls have 118, which this project's 2-core CPU
+# searched in about 10.5 minutes (docs/benchmarks.md). A rough guide: a larger model's kernels take longer to
+# time, and a faster machine searches faster.
 SEARCH_MINUTES = 8.0
-SEARCH_SECONDS_PER_KERNEL = 1.0
+SEARCH_SECONDS_PER_KERNEL = 5.0
 
 # green, yellow, magenta; cyan: a plain target step, in a round where the draft proposed nothing
 COLOURS = {"accepted": "\033[32m", "resampled": "\033[33m", "bonus": "\033[35m", "target": "\033[36m"}
@@ -241,17 +242,20 @@ def compiled_calls(target: GPT2, draft: GPT2 | NgramDraft) -> list:
   return [c for m in models for c in m.steps.values()] + list(target.rounds.values())
 
 @contextlib.contextmanager
-def deadline(seconds: float, grace: float = 30.0) -> Iterator[threading.Event]:
-  """Send this process SIGINT after `seconds`, as Ctrl-C would (tinygrad's search then stops its compile
-  workers); the event it yields tells that interrupt from the user's own Ctrl-C. A driver can hold the signal
-  inside its own compiler (pocl's OpenCL did for minutes): if the block has not ended `grace` seconds later, the
-  process ends there, with exit code 0, its cache as the last search left it."""
+def deadline(seconds: float, grace: float = 10.0) -> Iterator[threading.Event]:
+  """Send this process SIGINT after `seconds`, as Ctrl-C would; the event it yields tells that interrupt from
+  the user's own Ctrl-C. The interrupt may not come through in time: pocl's compiler held it for minutes, and
+  tinygrad's search, stopping its pool of compile workers, can wait on them. So if the block has not ended
+  `grace` seconds later, the search's workers are killed and the process ends there, with exit code 0, its
+  cache as the last kernel searched left it."""
   expired, ended = threading.Event(), threading.Event()
   def expire() -> None:
     expired.set()
     os.kill(os.getpid(), signal.SIGINT)
     if not ended.wait(grace):
-      print(f"stopped at this run's bound of {seconds / 60:.0f} min: the next run goes on from there",
+      for worker in multiprocessing.active_children():
+        worker.kill()
+      print(f"stopped at this run's bound of {seconds / 60:g} min: the next run goes on from there",
             file=sys.stderr, flush=True)
       os._exit(0)
   timer = threading.Timer(seconds, expire)
@@ -286,7 +290,7 @@ def search_kernels(calls: list, minutes: float = SEARCH_MINUTES) -> None:
   except KeyboardInterrupt:
     if not expired.is_set():
       raise
-    print(f"searched {len(done)} of {len(todo)} compiled calls in {minutes:.0f} min, this run's bound: the next "
+    print(f"searched {len(done)} of {len(todo)} compiled calls in {minutes:g} min, this run's bound: the next "
           "run goes on from there", file=sys.stderr)
     return
   print("searched: later runs use these kernels", file=sys.stderr)
