@@ -264,14 +264,14 @@ def argmax_draft(monkeypatch: pytest.MonkeyPatch, target: GPT2, draft: GPT2) -> 
 def filter_only_the_draft(monkeypatch: pytest.MonkeyPatch, target: GPT2, draft: GPT2) -> None:
   """top-k and top-p are applied to the draft's p but not to the target's q: the output follows the unfiltered
   target."""
-  broken(monkeypatch, "score", lambda model, ids, start, settings:
-         Sampling(settings.temperature)(model.forward(ids, start)), target)
+  broken(monkeypatch, "score", lambda model, ids, start, settings, searched:
+         model.forward_rows(ids, start, Sampling(settings.temperature), searched)[:ids.shape[0]], target)
 
 def score_one_position_late(monkeypatch: pytest.MonkeyPatch, target: GPT2, draft: GPT2) -> None:
   """An off-by-one in the target's rows: x̃_t is checked against q(x|x_1..x_n, x̃_1..x̃_t) instead of
   q(x|x_1..x_n, x̃_1..x̃_{t-1})."""
-  def late(model, ids, start, settings):
-    q = settings(model.forward(ids, start))
+  def late(model, ids, start, settings, searched):
+    q = model.forward_rows(ids, start, settings, searched)[:ids.shape[0]]
     return q[1:].cat(q[-1:])
   broken(monkeypatch, "score", late, target)
 
