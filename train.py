@@ -21,12 +21,12 @@ their total probability below 1e-6 (see expand). Each model is early stopped and
 held-out files (calibrate). --unlikelihood N then fine-tunes it against the loops of greedy text (finetune), and
 --average keeps a moving average of the weights (follow) (docs/demo.md).
 
-The training loop runs in PyTorch, on Hugging Face's own GPT2LMHeadModel (requirements-hf.txt): on a CPU core it
-trains these shapes 8 to 17 times faster than tinygrad 0.14's default kernels (docs/demo.md has the figures),
-and a model trained to convergence takes hours with tinygrad. Everything after training is this project's own
-code: the weights are exported through gpt2.py's GPT2 and weights.save_model, and --eval scores the shipped
-float16 files with gpt2.py. A run that is cut short resumes from its last evaluation (--checkpoints); --fresh
-starts over.
+The training loop runs in PyTorch, on Hugging Face's own GPT2LMHeadModel (requirements-hf.txt), on a GPU when
+torch has one and on one CPU core otherwise: a core trains these shapes 8 to 17 times faster than tinygrad 0.14's
+default kernels (docs/demo.md has the figures), and a model trained to convergence takes hours with tinygrad.
+Everything after training is this project's own code: the weights are exported through gpt2.py's GPT2 and
+weights.save_model, and --eval scores the shipped float16 files with gpt2.py. A run that is cut short resumes
+from its last evaluation (--checkpoints); --fresh starts over.
 """
 from __future__ import annotations
 import argparse, functools, hashlib, json, math, pathlib, re, sys, textwrap, time, zlib
@@ -557,9 +557,14 @@ def pin(hf) -> None:
 def to_gpt2(hf, cfg: GPT2Config, vocab: int) -> GPT2:
   """The torch model's weights in gpt2.py's GPT2 (float32)."""
   model = GPT2(GPT2Config(cfg.n_layer, cfg.n_head, cfg.n_embd, vocab, cfg.n_ctx))
-  state = {k: Tensor(v.detach().float().numpy().copy()) for k, v in hf.state_dict().items()}
+  state = {k: Tensor(v.detach().float().cpu().numpy().copy()) for k, v in hf.state_dict().items()}
   load_state_dict(model, hf_to_tinyspec(state, dtypes.float32), verbose=False, strict=False)
   return model
+
+def on(hf, a: np.ndarray):
+  """Token ids as a torch tensor on the model's device (a GPU when torch has one: see train)."""
+  import torch
+  return torch.from_numpy(a.astype(np.int64)).to(hf.device)
 
 def batch(tokens: np.ndarray, seed: int, step: int, B: int, T: int) -> tuple[np.ndarray, np.ndarray]:
   """B random windows of T + 1 tokens, the same for the same seed and step (so a resumed run sees the batches
@@ -585,8 +590,8 @@ def scores(hf, val: np.ndarray, T: int, temperatures=(1.0,), chunk: int = 2) -> 
   hf.eval()
   with torch.no_grad():
     for i in range(0, len(x), chunk):
-      logits = hf(torch.from_numpy(x[i:i + chunk].astype(np.int64))).logits.reshape(-1, hf.config.vocab_size)
-      target = torch.from_numpy(y[i:i + chunk].astype(np.int64)).reshape(-1)
+      logits = hf(on(hf, x[i:i + chunk])).logits.reshape(-1, hf.config.vocab_size)
+      target = on(hf, y[i:i + chunk]).reshape(-1)
       for k, t in enumerate(temperatures):
         totals[k] += float(torch.nn.functional.cross_entropy(logits / t, target, ignore_index=other,
                                                              reduction="sum"))
@@ -626,9 +631,9 @@ def cross_entropy(hf, tokens: np.ndarray, seed: int, step: int, r: Recipe):
   model's last token: see emit_index) left out."""
   import torch
   x, y = batch(tokens, seed, step, r.batch, r.shape.n_ctx)
-  logits = hf(torch.from_numpy(x.astype(np.int64))).logits
+  logits = hf(on(hf, x)).logits
   return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
-                                           torch.from_numpy(y.astype(np.int64)).reshape(-1),
+                                           on(hf, y).reshape(-1),
                                            ignore_index=logits.shape[-1] - 1, label_smoothing=r.smoothing)
 
 def repeats(seq: list[int], start: int, n: int = 4) -> np.ndarray:
@@ -647,13 +652,13 @@ def greedy_loops(hf, tokens: np.ndarray, rng: np.random.Generator, B: int = 8, n
   continuation that lies in a 4-gram the continuation already held (repeats)."""
   import torch
   P = int(rng.integers(4, 33))
-  prefix = torch.from_numpy(np.stack([tokens[s:s + P] for s in rng.integers(0, len(tokens) - P, B)]).astype(np.int64))
+  prefix = on(hf, np.stack([tokens[s:s + P] for s in rng.integers(0, len(tokens) - P, B)]))
   hf.eval()
   with torch.no_grad():
     seq = hf.generate(prefix, attention_mask=torch.ones_like(prefix), max_new_tokens=new, do_sample=False,
                       pad_token_id=0)
   hf.train()
-  return seq, torch.from_numpy(np.stack([repeats(row, P)[P:] for row in seq.tolist()]))
+  return seq, torch.from_numpy(np.stack([repeats(row, P)[P:] for row in seq.tolist()])).to(hf.device)
 
 def unlikelihood_loss(hf, seq, loop):
   """Sequence-level unlikelihood (Welleck et al. 2020, "Neural Text Generation with Unlikelihood Training", 5.2):
@@ -689,9 +694,10 @@ def fingerprint(r: Recipe, seed: int, ignore: tuple[str, ...]) -> str:
   """What marks a phase's saved state as its own: the seed and the recipe's fields but those it ignores."""
   return repr({k: v for k, v in r.__dict__.items() if k not in ignore}) + f"|seed={seed}"
 
-def resume(ckpt: pathlib.Path, phase: str, recipe: str, hf, opt, avg, state: dict) -> dict:
+def resume(ckpt: pathlib.Path, phase: str, recipe: str, hf, opt, avg, state: dict, finished) -> dict:
   """The saved state of this phase of a run (ckpt/<phase>.json and .pt) if it was made by the same recipe, with
-  the model, optimiser and averaged model loaded from it; else state, to start over."""
+  the model, optimiser and averaged model loaded from it (not needed, and not read, when finished(state) says
+  the phase is over: a finished pretraining needs only its best.pt); else state, to start over."""
   import torch
   if not (ckpt / f"{phase}.json").is_file():
     return state
@@ -699,7 +705,9 @@ def resume(ckpt: pathlib.Path, phase: str, recipe: str, hf, opt, avg, state: dic
   if saved.get("recipe") != recipe:
     print(f"{ckpt} holds another recipe ({saved.get('recipe')}): starting over", file=sys.stderr)
     return state
-  blob = torch.load(ckpt / f"{phase}.pt", weights_only=True)
+  if finished(saved):
+    return saved
+  blob = torch.load(ckpt / f"{phase}.pt", weights_only=True, map_location="cpu")
   hf.load_state_dict(blob["model"])
   opt.load_state_dict(blob["opt"])
   avg.load_state_dict(blob["average"])
@@ -723,11 +731,12 @@ def pretrain(hf, r: Recipe, ckpt: pathlib.Path, train_ids: np.ndarray, val_ids: 
   opt, avg = optimizer(hf, r.lr, r.weight_decay), averaged(hf, r.average)
   recipe = fingerprint(r, seed, ("unlikelihood", "unlikelihood_lr", "cross_entropy_every", "unlikelihood_share",
                                  "continuations")) + f"|data={data}"
+  finished = lambda st: st["step"] >= r.steps or st["step"] - st["best_step"] >= r.patience * r.eval_every
   state = {"step": 0, "best": float("inf"), "best_step": 0, "history": []}
-  state = state if fresh else resume(ckpt, "state", recipe, hf, opt, avg, state)
+  state = state if fresh else resume(ckpt, "state", recipe, hf, opt, avg, state, finished)
   t0, s0 = time.perf_counter(), state["step"]
   hf.train()
-  while state["step"] < r.steps and state["step"] - state["best_step"] < r.patience * r.eval_every:
+  while not finished(state):
     s = state["step"]
     torch.manual_seed(seed * 1_000_003 + s)  # dropout's masks: the same for a resumed run
     for g in opt.param_groups:
@@ -748,7 +757,7 @@ def pretrain(hf, r: Recipe, ckpt: pathlib.Path, train_ids: np.ndarray, val_ids: 
         ckpt.mkdir(parents=True, exist_ok=True)
         torch.save(avg.state_dict(), ckpt / "best.pt")
       save(ckpt, "state", recipe, hf, opt, avg, state)
-  hf.load_state_dict(torch.load(ckpt / "best.pt", weights_only=True))
+  hf.load_state_dict(torch.load(ckpt / "best.pt", weights_only=True, map_location="cpu"))
   print(f"the best: step {state['best_step']}, validation perplexity {math.exp(state['best']):.1f}", file=sys.stderr)
 
 def finetune(hf, r: Recipe, ckpt: pathlib.Path, train_ids: np.ndarray, val_ids: np.ndarray, seed: int,
@@ -764,9 +773,10 @@ def finetune(hf, r: Recipe, ckpt: pathlib.Path, train_ids: np.ndarray, val_ids: 
   opt, avg = optimizer(hf, r.unlikelihood_lr, r.weight_decay), averaged(hf, r.average)
   recipe = fingerprint(r, seed, ("unlikelihood_share",)) + f"|data={data}"
   state = {"step": 0, "history": []}
-  state = state if fresh else resume(ckpt, "finetune", recipe, hf, opt, avg, state)
+  finished = lambda st: st["step"] >= r.unlikelihood
+  state = state if fresh else resume(ckpt, "finetune", recipe, hf, opt, avg, state, finished)
   loops = []
-  while state["step"] < r.unlikelihood:
+  while not finished(state):
     s = state["step"]
     torch.manual_seed(seed * 1_000_003 + r.steps + s)
     for g in opt.param_groups:
@@ -787,7 +797,7 @@ def finetune(hf, r: Recipe, ckpt: pathlib.Path, train_ids: np.ndarray, val_ids: 
             f"perplexity {math.exp(val):.1f}", file=sys.stderr, flush=True)
       loops = []
       save(ckpt, "finetune", recipe, hf, opt, avg, state)
-  hf.load_state_dict(avg.state_dict())
+  hf.load_state_dict(torch.load(ckpt / "finetune.pt", weights_only=True, map_location="cpu")["average"])
 
 def interpolate(hf, start: dict, share: float) -> None:
   """hf's weights moved to `share` of the way from `start` to where they are: start + share x (now - start),
@@ -806,21 +816,22 @@ def train(name: str, r: Recipe, out: pathlib.Path, ckpt_root: pathlib.Path, seed
   that the run has kept so far (its best.pt, which a run under way keeps writing) are calibrated and saved, to
   look at a run before it ends."""
   import torch
-  torch.set_num_threads(1)  # one core: the other is for everything else
+  if not torch.cuda.is_available():
+    torch.set_num_threads(1)  # one core: the other is for everything else
   enc = load_tokenizer()
   train_ids, val_ids, used = corpus(enc, r.corpus, docs)
   data = hashlib.sha1(train_ids.tobytes() + val_ids.tobytes() + used.tobytes()).hexdigest()[:12]
   train_ids, val_ids = emit_index(train_ids, used), emit_index(val_ids, used)  # 0 .. len(used), OTHER last
   cfg, T, t0 = r.shape, r.shape.n_ctx, time.perf_counter()
   torch.manual_seed(seed)
-  hf = hf_model(cfg, len(used) + 1, r.dropout)
+  hf = hf_model(cfg, len(used) + 1, r.dropout).to("cuda" if torch.cuda.is_available() else "cpu")
   pin(hf)
   print(f"{name}: {cfg.n_layer} layers, {cfg.n_embd} wide; {len(train_ids):,} training and {len(val_ids):,} "
         f"validation tokens of {r.corpus} (data {data}), {len(used):,} that it may emit; up to {r.steps} steps of "
-        f"{r.batch} x {T} tokens, then {r.unlikelihood} of unlikelihood", file=sys.stderr)
+        f"{r.batch} x {T} tokens, then {r.unlikelihood} of unlikelihood; on {hf.device}", file=sys.stderr)
   ckpt = ckpt_root / f"train-{name}"
   if export:
-    hf.load_state_dict(torch.load(ckpt / "best.pt", weights_only=True))
+    hf.load_state_dict(torch.load(ckpt / "best.pt", weights_only=True, map_location="cpu"))
     saved = json.loads((ckpt / "state.json").read_text())
     print(f"exporting the best weights of {ckpt} so far: step {saved['best_step']} of {saved['step']}",
           file=sys.stderr)
