@@ -816,7 +816,8 @@ def train(name: str, r: Recipe, out: pathlib.Path, ckpt_root: pathlib.Path, seed
   that the run has kept so far (its best.pt, which a run under way keeps writing) are calibrated and saved, to
   look at a run before it ends."""
   import torch
-  if not torch.cuda.is_available():
+  device = "cuda" if torch.cuda.is_available() else "cpu"
+  if device == "cpu":
     torch.set_num_threads(1)  # one core: the other is for everything else
   enc = load_tokenizer()
   train_ids, val_ids, used = corpus(enc, r.corpus, docs)
@@ -824,7 +825,7 @@ def train(name: str, r: Recipe, out: pathlib.Path, ckpt_root: pathlib.Path, seed
   train_ids, val_ids = emit_index(train_ids, used), emit_index(val_ids, used)  # 0 .. len(used), OTHER last
   cfg, T, t0 = r.shape, r.shape.n_ctx, time.perf_counter()
   torch.manual_seed(seed)
-  hf = hf_model(cfg, len(used) + 1, r.dropout).to("cuda" if torch.cuda.is_available() else "cpu")
+  hf = hf_model(cfg, len(used) + 1, r.dropout).to(device)
   pin(hf)
   print(f"{name}: {cfg.n_layer} layers, {cfg.n_embd} wide; {len(train_ids):,} training and {len(val_ids):,} "
         f"validation tokens of {r.corpus} (data {data}), {len(used):,} that it may emit; up to {r.steps} steps of "
