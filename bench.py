@@ -28,12 +28,12 @@ import tiktoken
 from tinygrad import Context, Device, Tensor, TinyJit, dtypes
 from tinygrad.helpers import GlobalCounters, tqdm
 from tinygrad.nn.state import get_parameters
-from cli import compiled_calls, load_draft, load_target, main, open_device, search_kernels, time_steps
-from cli import warm_up, warm_up_baseline
-from gpt2 import GPT2, MAX_ROWS, Compiled
+from compiled import Compiled, calls, searching, step, time_step
+from gpt2 import GPT2
 from sampling import Sampling
-from speculative import NgramDraft, Stats, autoregressive_sample, expected_tokens_per_loop, predicted_speedup
-from speculative import speculative_sample, time_step
+from session import check, load_draft, load_target, main, options, search_kernels, warm_up, warm_up_baseline
+from speculative import Draft, Stats, autoregressive_sample, expected_tokens_per_loop
+from speculative import choose_draft, predicted_speedup, speculative_sample
 from weights import LoadError, checkpoint_dir, load_tokenizer, save_model
 
 GPT2_VOCAB = 50257
@@ -93,36 +93,34 @@ def machine() -> str:
 def total(stats: list[Stats]) -> Stats:
   """The Stats of several runs pooled: counts and times added, the steps timed alone averaged (stopped_by, a
   word, is left out)."""
-  timed_alone = ("draft_first_time", "draft_call_time", "target_call_time")
+  timed_alone = ("draft_first_time", "draft_call_time", "draft_round_time", "target_call_time")
   numbers = [f.name for f in fields(Stats) if f.name not in ("stopped_by", *timed_alone)]
   pooled = Stats(**{name: sum(getattr(s, name) for s in stats) for name in numbers})
   for name in timed_alone:
     setattr(pooled, name, float(np.mean([getattr(s, name) for s in stats])))
   return pooled
 
-def run_pairs(target: GPT2, draft: GPT2 | NgramDraft, prompts: list[list[int]], n_tokens: int, K: int,
-              sampling: Sampling, bar: tqdm, search: bool) -> tuple[list[tuple[Stats, Stats]], tuple]:
-  """Warm up (and with search, search the kernels), time the steps alone, then continue each prompt i with
-  Algorithm 1 and Algorithm 2, both with seed i: their Stats, and the steps' seconds (the draft's first step
-  of 2 rows and a later one of 1 row, the target's of K+1 rows, the target's of 1 row)."""
-  settings = dict(temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p)
-  warm_up(target, draft, prompts[0], K, dict(settings, seed=0))
-  warm_up_baseline(target, prompts[0], K, dict(settings, seed=0))
+def run_pairs(target: GPT2, draft: Draft, prompts: list[list[int]], n_tokens: int, K: int,
+              sampling: Sampling, bar: tqdm, search: bool) -> tuple[list[tuple[Stats, Stats]], float]:
+  """Warm up (and with search, search the kernels), then continue each prompt i with Algorithm 1 and
+  Algorithm 2, both with seed i, each Algorithm 2 run followed by its draft's steps timed alone: their Stats,
+  and the seconds of the target's step of 1 row, timed alone (its K+1 rows: in each Stats)."""
+  warm_up(target, draft, prompts[0], K, sampling, 0)
+  warm_up_baseline(target, prompts[0], K, sampling, 0)
   if search:
-    search_kernels(compiled_calls(target, draft), math.inf)  # asked for: searched to the end
-  steps = (*time_steps(target, draft, K, sampling), time_step(target, 1, sampling))
+    search_kernels(calls(target, *draft.models), math.inf)  # asked for: searched to the end
+  t_target, t_one = time_step(target, K + 1, sampling), time_step(target, 1, sampling)
   runs = []
   for seed, prompt in enumerate(prompts):
-    base = autoregressive_sample(target, prompt, n_tokens, seed=seed, rows=K + 1, eos=None, **settings)[1]
-    runs.append((base, speculative_sample(target, draft, prompt, n_tokens, K=K, seed=seed, eos=None,
-                                          **settings)[2]))
-    if isinstance(draft, GPT2):
-      runs[-1][1].draft_first_time, runs[-1][1].draft_call_time = steps[:2]
-    runs[-1][1].target_call_time = steps[2]
+    base = autoregressive_sample(target, prompt, n_tokens, sampling=sampling, seed=seed, rows=K + 1, eos=None)[1]
+    spec = speculative_sample(target, draft, prompt, n_tokens, K=K, sampling=sampling, seed=seed, eos=None)[2]
+    spec.draft_first_time, spec.draft_call_time, spec.draft_round_time = draft.step_times(sampling, spec, K)
+    spec.target_call_time = t_target
+    runs.append((base, spec))
     bar.update(1)
-  return runs, steps
+  return runs, t_one
 
-def summarize(K: int, runs: list[tuple[Stats, Stats]], steps: tuple[float, float, float, float]) -> dict:
+def summarize(K: int, runs: list[tuple[Stats, Stats]], t_one: float) -> dict:
   """One row of the table from the runs of one K: pooled figures, and per-prompt ones for the plots. c and
   t(K+1)/t(1) come from the steps timed alone (a round is one compiled call: its parts cannot be timed in it)."""
   base, spec = total([b for b, _ in runs]), total([s for _, s in runs])
@@ -132,19 +130,20 @@ def summarize(K: int, runs: list[tuple[Stats, Stats]], steps: tuple[float, float
           "alg2_ms_per_token": 1e3 / spec.tokens_per_second, "speedup": speedup, "alpha": alpha,
           "tokens_per_target_call": spec.tokens_per_target_call, "c": c, "mean_drafted": k,
           # a target step of K+1 rows against one of 1 row, each timed alone: the paper assumes about 1
-          "scoring_ratio": steps[2] / steps[3], "predicted": predicted, "draft_first_step_ms": 1e3 * steps[0],
-          "draft_step_ms": 1e3 * steps[1], "target_step_ms": 1e3 * steps[2], "target_one_row_ms": 1e3 * steps[3],
+          "scoring_ratio": spec.target_call_time / t_one, "predicted": predicted,
+          "draft_first_step_ms": 1e3 * spec.draft_first_time, "draft_step_ms": 1e3 * spec.draft_call_time,
+          "target_step_ms": 1e3 * spec.target_call_time, "target_one_row_ms": 1e3 * t_one,
           "measured_over_predicted": speedup / predicted,
           # Algorithm 2's round: one compiled call (K draft steps, the target's K+1 rows, tests, draws, read)
           "ms_per_round": 1e3 * spec.round_call_time,
           # ... against its parts timed alone: above 1, the round runs other kernels than c was timed on
-          "round_over_parts": spec.round_call_time / spec.round_parts_time(K),
-          "calls_per_round": spec.compiled_calls / spec.target_calls,
+          "round_over_parts": spec.round_call_time / spec.round_parts_time,
+          "calls_per_round": spec.compiled_calls / spec.rounds,
           "host_ms_per_round": 1e3 * spec.host_time / spec.compiled_calls,
           "alg1_seconds": [b.total_time for b, _ in runs], "alg2_seconds": [s.total_time for _, s in runs],
           "tokens_per_loop": [s.tokens_per_target_call for _, s in runs],
           "loop_seconds": [s.round_call_time for _, s in runs],
-          "draft_seconds_per_loop": [s.round_parts_time(K) - s.target_call_time for _, s in runs],
+          "draft_seconds_per_loop": [s.draft_round_time for _, s in runs],
           "target_seconds_per_loop": [s.target_call_time for _, s in runs],
           "alg1": asdict(base), "alg2": asdict(spec)}
 
@@ -153,23 +152,22 @@ def summarize(K: int, runs: list[tuple[Stats, Stats]], steps: tuple[float, float
 def scoring_cost(model: GPT2, lengths: range, reps: int, sampling: Sampling,
                  search: bool) -> dict[int, tuple[float, float]]:
   """Per T: the median seconds of one compiled step of T rows with its probabilities read on the host, and of
-  its host part, the time until model.step(...) returns. With search, the kernels are searched first, untimed.
+  its host part, the time until the step's call returns. With search, the kernels are searched first, untimed.
 
   On an asynchronous device (CUDA, Metal) the call returns once its kernels are queued, so the host part is
   the host work (binding the Variables, launching the compiled step), the rest the device's and the copy's.
   On the CPU backend the kernels run inside the call, so there the host part includes them.
   """
   times: dict[int, list[tuple[float, float]]] = {T: [] for T in lengths}
-  model.prepare()
   for r in tqdm(range(reps + 2), desc="scoring (rounds over T)"):
     if r == 2 and search:
-      search_kernels(list(model.steps.values()), math.inf)
+      search_kernels(calls(model), math.inf)
     for T in lengths:  # T interleaved, so that a change of load on the machine touches every T alike
       start = time.perf_counter()
-      step = model.step(T, sampling)
-      out = step(PROMPT_LEN + r, *[0] * T)
+      call = step(model, T, sampling)
+      out = call(PROMPT_LEN + r, *[0] * T)
       returned = time.perf_counter()
-      step.to_host(out).copy().astype(np.float64)  # as a model call and reference.next_probs read it
+      call.to_host(out).copy().astype(np.float64)  # as compiled.logits and reference.next_probs read it
       if r >= 2:  # the first two calls of a shape compile it and capture its compiled step
         times[T].append((time.perf_counter() - start, returned - start))
   median = statistics.median
@@ -186,18 +184,17 @@ def step_cost(model: GPT2, rows: int, sampling: Sampling) -> tuple[int, float]:
   """The kernels of one compiled step of `rows` rows (with its Sampling head, at position PROMPT_LEN), and the
   bytes they touch ÷ the weights' bytes, as tinygrad counts them: each buffer a kernel reads or writes, once.
   The step is compiled again for this with JIT=2, without JIT graphs, which tinygrad counts as one kernel."""
-  model.prepare()
-  step = model.step(rows, sampling)
+  call = step(model, rows, sampling)
   with Context(JIT=2):
-    alone = Compiled(step.name, step.signature, step.width, step.build)
+    alone = Compiled(call.name, call.signature, call.width, call.build)
     for _ in range(3):  # compile, capture, then count one replay
       GlobalCounters.reset()
       alone(PROMPT_LEN, *[0] * rows)
   return GlobalCounters.kernel_count, GlobalCounters.global_mem / model_bytes(model)
 
-def step_costs(target: GPT2, draft: GPT2 | NgramDraft, Ks: list[int], sampling: Sampling) -> dict:
+def step_costs(target: GPT2, draft: Draft, Ks: list[int], sampling: Sampling) -> dict:
   """step_cost of each model's steps of 1 row and of K+1 rows: {"target": {rows: (kernels, bytes ratio)}, ...}."""
-  models = {"target": target} | ({"draft": draft} if isinstance(draft, GPT2) else {})
+  models = dict(zip(("target", "draft"), [target, *draft.models]))
   return {name: {rows: step_cost(model, rows, sampling) for rows in sorted({1} | {K + 1 for K in Ks})}
           for name, model in models.items()}
 
@@ -248,7 +245,7 @@ def floor_lines(target_bytes: int, bandwidth: float | None, source: str,
 
 # ***** Hugging Face assisted generation, side by side *****
 
-def vs_hf(target: GPT2, draft: GPT2, folders: tuple[str, str], prompts: list[list[int]], n_tokens: int,
+def vs_hf(target: GPT2, draft: Draft, folders: tuple[str, str], prompts: list[list[int]], n_tokens: int,
           K: int) -> dict:
   """Greedy, same K: tokens/s of Algorithm 2 here and of transformers' assisted generation, same weights."""
   try:
@@ -269,7 +266,7 @@ def vs_hf(target: GPT2, draft: GPT2, folders: tuple[str, str], prompts: list[lis
                                min_new_tokens=n_tokens, eos_token_id=None, pad_token_id=0)
     return out[0, len(prompt):].tolist()
   def ours(prompt: list[int]) -> list[int]:
-    return speculative_sample(target, draft, prompt, n_tokens, K=K, temperature=0, eos=None)[0]
+    return speculative_sample(target, draft, prompt, n_tokens, K=K, sampling=Sampling(0), eos=None)[0]
   result = {}
   for name, generate in (("hf", hf), ("ours", ours)):
     for prompt in prompts[:2]:
@@ -395,26 +392,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
   doc_first, doc_rest = __doc__.split("\n", 1)
   ap = argparse.ArgumentParser(description=doc_first, epilog=doc_rest,
                                formatter_class=argparse.RawDescriptionHelpFormatter)
-  ap.add_argument("--target", default="gpt2-xl",
-                  help="target model q: gpt2, gpt2-medium, gpt2-large, gpt2-xl, demo-target or a checkpoint "
-                  "folder")
-  ap.add_argument("--draft", default="gpt2", help="draft model p, as for --target; or ngram (prompt lookup)")
-  ap.add_argument("--ngram-max", type=int, default=3, help="with --draft ngram: the longest n-gram to match")
-  ap.add_argument("--random", action="store_true", help="random weights with the shapes of --target and "
-                  "--draft (a preset, or n_layer,n_head,n_embd); α̂ is then not GPT-2's")
-  ap.add_argument("--half", action="store_true", help="float16 weights (for GPUs)")
-  ap.add_argument("-K", "--lookahead", type=int, default=4, help="draft tokens per loop (default 4)")
+  options(ap, max_new_tokens=64)
+  ap.add_argument("--greedy", action="store_const", dest="temperature", const=0.0,
+                  help="temperature 0: the argmax at every step")
   ap.add_argument("--sweep", help="comma-separated K values: one row each, and Figure 1 as PNGs")
-  ap.add_argument("--max-new-tokens", type=int, default=64,
-                  help="tokens per prompt (default 64; the paper: 128)")
   ap.add_argument("--prompts", type=int, default=4, help=f"how many prompts (default 4), the built-in ones "
                   f"cut to {PROMPT_LEN} tokens; prompt i uses seed i")
   ap.add_argument("--prompt", help="your own prompt, used whole: --prompts times, with seeds 0, 1, ...")
-  ap.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1.0)")
-  ap.add_argument("--greedy", action="store_true", help="temperature 0: the argmax at every step")
-  ap.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens; 0 is off")
-  ap.add_argument("--top-p", type=float, default=1.0,
-                  help="keep the most likely tokens up to this mass; 1 is off")
   ap.add_argument("--scoring", action="store_true", help=f"only time one target call of T = {SCORING_T[0]}.."
                   f"{SCORING_T[-1]} tokens: in total, its host part, and against T = 1")
   ap.add_argument("--search", action="store_true", help="search the fastest kernels before timing (minutes "
@@ -423,8 +407,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                   "(default: measured with a sum over 1 GiB; not on DEV=NULL)")
   ap.add_argument("--vs-hf", action="store_true", help="also run transformers' assisted generation "
                   "(greedy, K from -K) and print the tokens/s ratio")
-  ap.add_argument("--tokenizer", help="folder with GPT-2's encoder.json and vocab.bpe "
-                  "(default: the copies shipped in demo/)")
   ap.add_argument("--out", default="bench_out", help="folder for the JSON results and the PNG plots")
   return ap.parse_args(argv)
 
@@ -437,26 +419,16 @@ def parse_sweep(args: argparse.Namespace) -> list[int]:
   except ValueError:
     raise ValueError(f"--sweep is '{args.sweep}': give comma-separated K values such as 1,2,4.") from None
 
-def check(args: argparse.Namespace, Ks: list[int]) -> Sampling:
-  """Refuse bad settings with one sentence each, before any model loads; return the sampling settings."""
-  sampling = Sampling(0.0 if args.greedy else args.temperature, args.top_k, args.top_p)
-  if not 1 <= min(Ks) <= max(Ks) < MAX_ROWS:
-    raise ValueError(f"K (the lookahead) is {min(Ks) if min(Ks) < 1 else max(Ks)}: it must be in "
-                     f"1..{MAX_ROWS - 1}.")
-  if args.max_new_tokens < 1:
-    raise ValueError(f"max-new-tokens is {args.max_new_tokens}: it must be at least 1.")
+def check_bench(args: argparse.Namespace, Ks: list[int]) -> Sampling:
+  """Refuse bad settings with one sentence each, before any model loads (session.check, then bench.py's own);
+  return the sampling settings."""
   if args.prompts < 1:
     raise ValueError(f"--prompts is {args.prompts}: it must be at least 1.")
-  if args.prompt == "":
-    raise ValueError("The prompt is empty: give some text to continue.")
   if args.bandwidth is not None and not args.bandwidth > 0:
     raise ValueError(f"--bandwidth is {args.bandwidth}: give the device's bandwidth in GB/s, more than 0.")
-  if args.vs_hf and args.draft == "ngram":
+  if args.vs_hf and not choose_draft(args.draft, args.ngram_max, lambda name: name).models:
     raise ValueError("--vs-hf compares two models: give a draft model, not ngram.")
-  if args.draft == "ngram":
-    NgramDraft(args.ngram_max)
-  open_device(None, args.half)
-  return sampling
+  return check(args, Ks, 0, args.prompt)
 
 def describe(args: argparse.Namespace) -> str:
   """The target and the draft, as the output's header names them."""
@@ -471,7 +443,7 @@ def run_scoring(args: argparse.Namespace, sampling: Sampling) -> None:
   kind = " (random weights)" if args.random else ""
   print(f"\ndevice {machine()}\ntarget {args.target}{kind}: one call of T tokens with a Sampling head, then "
         f"its probabilities copied to the host; median of {SCORING_REPS}\n"
-        f"{kernels(list(target.steps.values()), target.search)}")
+        f"{kernels(calls(target), searching(target))}")
   target_bytes = model_bytes(target)
   params = target_bytes // target.wte.weight.dtype.itemsize
   print("  T   total ms    host ms   host share   t(T)/t(1)   GFLOP/s   kernels   bytes ÷ weights")
@@ -480,7 +452,7 @@ def run_scoring(args: argparse.Namespace, sampling: Sampling) -> None:
     kernel_count, ratio = step_cost(target, T, sampling)
     print(f"{T:>3}  {1e3 * t:>9.3f}  {1e3 * host:>9.3f}  {100 * host / t:>10.0f}%  {t / cost[1][0]:>10.2f}"
           f"  {rate:>8}  {kernel_count:>8}  {ratio:>16.3f}")
-  print("host: the time until model.step(...) returns, before its result is read. On an asynchronous\n"
+  print("host: the time until the step's call returns, before its result is read. On an asynchronous\n"
         "device (CUDA, Metal) that is the host work, the kernels being only queued; on the CPU backend they\n"
         "run inside the call.\n"
         "GFLOP/s: 2 × weights × T (each weight is a multiply and an add per token) ÷ total: where this rate\n"
@@ -528,9 +500,9 @@ def print_floor(args: argparse.Namespace, rows: list[dict], target_bytes: int) -
 
 def run_table(args: argparse.Namespace, Ks: list[int], sampling: Sampling) -> None:
   """The table mode: Algorithm 1 against Algorithm 2 per K, the floor, the JSON results, and the plots."""
-  target, draft = load_target(args), load_draft(args)
+  draft, target = load_draft(args), load_target(args)  # the draft first: the smaller, and the ngram check
   prompts, source = prompt_set(args, target.config.vocab_size)
-  sizes = model_bytes(target), model_bytes(draft) if isinstance(draft, GPT2) else 0
+  sizes = model_bytes(target), sum(model_bytes(m) for m in draft.models)
   out = pathlib.Path(args.out)
   out.mkdir(parents=True, exist_ok=True)
   load_before = os.getloadavg()[0]
@@ -540,7 +512,7 @@ def run_table(args: argparse.Namespace, Ks: list[int], sampling: Sampling) -> No
   bar.update(close=True)
   load = (load_before, os.getloadavg()[0])
   print_report(args, rows, sizes, sampling, prompts, source, load)
-  print(kernels(compiled_calls(target, draft), target.search))
+  print(kernels(calls(target, *draft.models), searching(target)))
   costs = step_costs(target, draft, Ks, sampling)
   print(textwrap.fill(costs_line(costs), 110))
   bandwidth = print_floor(args, rows, sizes[0])
@@ -558,13 +530,13 @@ def run_table(args: argparse.Namespace, Ks: list[int], sampling: Sampling) -> No
   json_path.write_text(json.dumps(results, indent=1))
   print("results:", json_path)
 
-def compare_with_hf(args: argparse.Namespace, target: GPT2, draft: GPT2,
+def compare_with_hf(args: argparse.Namespace, target: GPT2, draft: Draft,
                     prompts: list[list[int]]) -> dict:
   """--vs-hf: the same checkpoints (random weights saved as one) through transformers; print the ratio."""
   with tempfile.TemporaryDirectory() as tmp:
     if args.random:
       folders = (str(save_model(target, pathlib.Path(tmp) / "target")),
-                 str(save_model(draft, pathlib.Path(tmp) / "draft")))
+                 str(save_model(draft.models[0], pathlib.Path(tmp) / "draft")))
     else:
       folders = (str(checkpoint_dir(args.target)), str(checkpoint_dir(args.draft)))
     hf = vs_hf(target, draft, folders, prompts, args.max_new_tokens, args.lookahead)
@@ -578,7 +550,7 @@ def compare_with_hf(args: argparse.Namespace, target: GPT2, draft: GPT2,
 def run(args: argparse.Namespace) -> None:
   """Check the settings, then run --scoring or the table."""
   Ks = parse_sweep(args)
-  sampling = check(args, Ks)
+  sampling = check_bench(args, Ks)
   if args.scoring:
     run_scoring(args, sampling)
   else:

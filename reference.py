@@ -8,14 +8,15 @@ inside one compiled call per round; this file is what that code computes, writte
 """
 from __future__ import annotations
 import numpy as np
-from gpt2 import BLOCK as ROWS, GPT2
+from compiled import PREFILL_ROWS, logits
+from gpt2 import GPT2
 from sampling import Sampling
 
 def next_probs(model: GPT2, tokens: list[int], start_pos: int, n_out: int, sampling: Sampling,
-               rows: int = ROWS) -> np.ndarray:
+               rows: int = PREFILL_ROWS) -> np.ndarray:
   """Feed tokens at start_pos .. into model (writing its KV cache), in compiled steps of `rows` rows; the
   (n_out, V) distributions after the last n_out of them, in float64 on the host."""
-  probs = model(tokens, start_pos, last=n_out, head=sampling, rows=rows).astype(np.float64)
+  probs = logits(model, tokens, start_pos, last=n_out, head=sampling, rows=rows).astype(np.float64)
   # a NaN would make every draw meaningless (tinygrad's own multinomial silently returns token 0):
   # refuse it here
   if not np.isfinite(probs).all():
@@ -69,21 +70,21 @@ def one_hot(drafts: list[int], V: int) -> np.ndarray:
 
 # ***** one draw *****
 
-BLOCK = 256  # sample() walks the CDF by blocks of this many tokens
+CDF_BLOCK = 256  # sample() walks the CDF by blocks of this many tokens
 
 def sample(weights: np.ndarray, rng: np.random.Generator) -> int:
   """Draw a token with probability weight / sum(weights), by inverse CDF with one uniform number from rng.
 
-  The CDF is walked in two short steps, over blocks of BLOCK tokens and then inside the chosen block: the same
+  The CDF is walked in two short steps, over blocks of CDF_BLOCK tokens and then inside the chosen block: the same
   draw as one cumulative sum over the whole vocabulary, but about 8 times faster for GPT-2's 50257 tokens,
   which matters as every draft token costs one draw. A zero-weight token is never drawn.
   """
-  sums = np.add.reduceat(weights, np.arange(0, len(weights), BLOCK))  # each block's total
+  sums = np.add.reduceat(weights, np.arange(0, len(weights), CDF_BLOCK))  # each block's total
   cdf = np.cumsum(sums)
   u = rng.random() * cdf[-1]
   # float rounding can put u at the very end of a CDF: never step past the last token of positive weight
   b = min(int(np.searchsorted(cdf, u, side="right")), np.flatnonzero(sums).max(initial=0))
-  block = weights[b * BLOCK:(b + 1) * BLOCK]
+  block = weights[b * CDF_BLOCK:(b + 1) * CDF_BLOCK]
   u -= cdf[b - 1] if b else 0.0
   t = min(int(np.searchsorted(np.cumsum(block), u, side="right")), np.flatnonzero(block).max(initial=0))
-  return b * BLOCK + t
+  return b * CDF_BLOCK + t

@@ -24,17 +24,19 @@ float32 product, so it accepts with probability min(1, q/p) ± 2^-23. The random
 generator keyed by (seed, round), so the same seed gives the same tokens on the same device, run after run.
 """
 from __future__ import annotations
-import hashlib, math, pathlib, time
+import hashlib, pathlib, time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Protocol
 import numpy as np
-from tinygrad import Device, Tensor, UOp, Variable, dtypes
-from gpt2 import BLOCK, GPT2, MAX_ROWS, Compiled, symbolic_ids
+from tinygrad import Tensor, UOp, Variable, dtypes
+from compiled import PREFILL_ROWS, Compiled, forward_rows, kept, prepare, searching, signature, step, symbolic_ids
+from compiled import time_step
+from gpt2 import GPT2, MAX_ROWS
 from sampling import Sampling
 
 EOT = 50256  # GPT-2's <|endoftext|>
 SEED_MAX = 2**31 - 1  # seeds and round counters enter compiled calls as Variables of this range
-# what a compiled round's kernels depend on besides the models' own (gpt2.SOURCE): this file
+# what a compiled round's kernels depend on besides the models' own (compiled.SOURCE): this file
 SOURCE = hashlib.sha256(pathlib.Path(__file__).read_bytes()).hexdigest()[:16]
 
 # ***** random numbers and draws, on the device *****
@@ -90,9 +92,9 @@ def score(target: GPT2, ids: Tensor, start_pos: UOp, sampling: Sampling, searche
   """Algorithm 2: "In parallel, compute K + 1 sets of logits from drafts x̃_1, ..., x̃_K:
   q(x|x_1, ..., x_n), q(x|x_1, ..., x_n, x̃_1), ..., q(x|x_1, ..., x_n, x̃_1, ..., x̃_K)":
   one pass of the target on [x_n, x̃_1, ..., x̃_K] from cache position n-1, then the draft's Sampling. The
-  pass runs the target's step of K+1 rows, padding included (GPT2.forward_rows): its kernels are the ones that
-  c and t(K+1)/t(1) are timed on; the padding rows are dropped after they are realized."""
-  return target.forward_rows(ids, start_pos, sampling, searched)[:ids.shape[0]]
+  pass runs the target's step of K+1 rows, padding included (compiled.forward_rows): its kernels are the ones
+  that c and t(K+1)/t(1) are timed on; the padding rows are dropped after they are realized."""
+  return forward_rows(target, ids, start_pos, sampling, searched)[:ids.shape[0]]
 
 def accept(r: Tensor, p_x: Tensor, q_x: Tensor) -> Tensor:
   """Algorithm 2: "if r < min(1, q(x|x_1, ..., x_{n+t-1}) / p(x|x_1, ..., x_{n+t-1}))" as r·p < q: no
@@ -142,10 +144,10 @@ def propose(draft: GPT2, last_two: Tensor, start: UOp, j: UOp, K: int, sampling:
   """The draft's K steps of a round: x̃ (K,) int32 and p (K, V). Its first step feeds the last two tokens of
   x from cache position start (it may lack both: after an all-accept round it never fed x̃_K) and reads row
   j (1; 0 when x is one token, fed twice); each later step feeds the x̃ drawn before it. Each step runs the
-  draft's compiled step of as many rows (GPT2.forward_rows), the kernels timed alone."""
+  draft's compiled step of as many rows (compiled.forward_rows), the kernels timed alone."""
   drafts, p, ids, rows = [], [], last_two, Tensor.full((1,), j, dtype=dtypes.int32)
   for t in range(K):
-    p.append(draft.forward_rows(ids, start + j + t if t else start, sampling, searched)[rows])
+    p.append(forward_rows(draft, ids, start + j + t if t else start, sampling, searched)[rows])
     drafts.append(sample_draft(p[-1], bits[2 * t:2 * t + 2].reshape(1, 2)))
     # realized step by step inside the compiled call: the same kernels, but scheduled as K small graphs, which
     # tinygrad compiles several times faster than one graph of K steps
@@ -178,8 +180,8 @@ def model_round(target: GPT2, draft: GPT2, K: int, sampling: Sampling) -> Compil
                  bound("k", K), bound("seed", SEED_MAX), bound("round", SEED_MAX), bound("at", n_ctx - 1)]
     return run, variables
   name = f"a round: {draft.config.n_layer}-layer draft, {target.config.n_layer}-layer target, K={K}"
-  signature = f"round|{target.signature()}|{draft.signature()}|K={K}|{sampling!r}|{SOURCE}"
-  return Compiled(name, signature, target.search, build)
+  key = f"round|{signature(target)}|{signature(draft)}|K={K}|{sampling!r}|{SOURCE}"
+  return Compiled(name, key, searching(target), build)
 
 def lookup_round(target: GPT2, K: int, sampling: Sampling) -> Compiled:
   """Algorithm 2's round with drafts known on the host (prompt lookup), compiled: Variables (x_n,
@@ -195,7 +197,7 @@ def lookup_round(target: GPT2, K: int, sampling: Sampling) -> Compiled:
                  bound("seed", SEED_MAX), bound("round", SEED_MAX), bound("start", n_ctx - 1)]
     return run, variables
   name = f"a lookup round: {target.config.n_layer}-layer target, K={K}"
-  return Compiled(name, f"lookup|{target.signature()}|K={K}|{sampling!r}|{SOURCE}", target.search, build)
+  return Compiled(name, f"lookup|{signature(target)}|K={K}|{sampling!r}|{SOURCE}", searching(target), build)
 
 def token_step(target: GPT2, sampling: Sampling) -> Compiled:
   """Algorithm 1's step, compiled: Variables (x_n, seed, round, n-1); result int32 (2,): x_{n+1} drawn from
@@ -209,19 +211,7 @@ def token_step(target: GPT2, sampling: Sampling) -> Compiled:
                  bound("start", n_ctx - 1)]
     return run, variables
   name = f"a token: {target.config.n_layer}-layer target"
-  return Compiled(name, f"token|{target.signature()}|{sampling!r}|{SOURCE}", target.search, build)
-
-def compiled(target: GPT2, kind: Callable[..., Compiled], *args) -> Compiled:
-  """The compiled call kind(target, *args), made on first use and kept in target.rounds, so that every run
-  with the same models and settings replays it, and it goes when the target goes."""
-  calls = target.rounds
-  if (kind, *args) not in calls:
-    target.prepare()
-    for model in args:
-      if isinstance(model, GPT2):
-        model.prepare()
-    calls[(kind, *args)] = kind(target, *args)
-  return calls[(kind, *args)]
+  return Compiled(name, f"token|{signature(target)}|{sampling!r}|{SOURCE}", searching(target), build)
 
 def run_call(call: Compiled, values: list[int], stats: Stats) -> np.ndarray:
   """Launch one compiled call and read its few numbers; refuse non-finite probabilities (corrupt weights)."""
@@ -238,6 +228,50 @@ def run_call(call: Compiled, values: list[int], stats: Stats) -> np.ndarray:
 
 # ***** drafts: where x̃ comes from *****
 
+Round = tuple[Compiled, list[int], int]  # a round's compiled call, the values it binds, how many drafts count
+
+class Draft(Protocol):
+  """What speculative_sample asks of a draft, the one place where its kind matters: a new kind of draft (a
+  layer-skipping draft, an EAGLE-style head) implements these and leaves the loop alone."""
+  models: list[GPT2]  # the models it brings (none for prompt lookup): prepared, timed and searched with the target
+
+  def prefill(self, x: list[int], sampling: Sampling, rows: int) -> None:
+    """Feed the prompt x into its models' caches, in compiled steps of `rows` rows, before the first round."""
+
+  def round(self, target: GPT2, x: list[int], K: int, k: int, sampling: Sampling) -> Round:
+    """This round's compiled call, the values it binds before (seed, round, n-1), and how many drafts count
+    (at most k): 0 when it proposes none, and then the call is Algorithm 1's step (token_step)."""
+
+  def step_times(self, sampling: Sampling, stats: Stats, K: int) -> tuple[float, float, float]:
+    """Seconds of its first draft step, of each later one (c's numerator), and of its share of a round's compiled
+    call: timed alone, or measured in the run (stats)."""
+
+  def timing(self, stats: Stats) -> str:
+    """How its time per draft token was had, in words, for the command line's report."""
+
+class ModelDraft:
+  """A smaller GPT-2 as the draft p: its K steps run inside the round's compiled call (model_round)."""
+  def __init__(self, model: GPT2):
+    self.model, self.models = model, [model]
+
+  def prefill(self, x: list[int], sampling: Sampling, rows: int) -> None:
+    prefill(self.model, x[:-2], sampling, rows)  # each round feeds it x_{n-1} and x_n: the prompt before them
+
+  def round(self, target: GPT2, x: list[int], K: int, k: int, sampling: Sampling) -> Round:
+    n, draft = len(x), self.model
+    fed = max(n - 2, 0)  # the draft re-feeds x_{n-1} and x_n from there (x_1 twice when n = 1)
+    prepare(draft)
+    call = kept(target, (model_round, draft, K, sampling), lambda: model_round(target, draft, K, sampling))
+    return call, [fed, n - 1 - fed, x[fed], x[-1], k], k
+
+  def step_times(self, sampling: Sampling, stats: Stats, K: int) -> tuple[float, float, float]:
+    """Its first step of 2 rows and a later one of 1 row, each timed alone (compiled as the round runs them)."""
+    first, later = time_step(self.model, 2, sampling), time_step(self.model, 1, sampling)
+    return first, later, first + (K - 1) * later
+
+  def timing(self, stats: Stats) -> str:
+    return f"one draft step of 1 row, timed alone; a round's first, 2 rows: {1e3 * stats.draft_first_time:.2f} ms"
+
 class NgramDraft:
   """Prompt lookup: a draft that is no model.
   It finds the latest earlier occurrence of the context's last n tokens (n from max_n down to 1) in the
@@ -247,6 +281,8 @@ class NgramDraft:
   drafts cost next to nothing (c ≈ 0), so the speedup is the tokens per target call itself: large on text that
   repeats its input. When nothing matches it proposes nothing, and the round is one ordinary target step.
   """
+  models: list[GPT2] = []
+
   def __init__(self, max_n: int = 3):
     if max_n < 1:
       raise ValueError(f"The n-gram length is {max_n}: it must be at least 1.")
@@ -260,16 +296,37 @@ class NgramDraft:
           return x[start + n:start + n + k]
     return []
 
+  def prefill(self, x: list[int], sampling: Sampling, rows: int) -> None:
+    pass  # no model: nothing to feed
+
+  def round(self, target: GPT2, x: list[int], K: int, k: int, sampling: Sampling) -> Round:
+    drafts = self.propose(x, k)
+    if not drafts:  # nothing to propose: one plain target step
+      return kept(target, (token_step, sampling), lambda: token_step(target, sampling)), [x[-1]], 0
+    call = kept(target, (lookup_round, K, sampling), lambda: lookup_round(target, K, sampling))
+    return call, [x[-1], *drafts, *[0] * (K - len(drafts)), len(drafts)], len(drafts)
+
+  def step_times(self, sampling: Sampling, stats: Stats, K: int) -> tuple[float, float, float]:
+    """No steps: per draft, its share of the run's host time (the lookups), outside the round's call."""
+    return float("nan"), stats.propose_time / max(stats.drafted, 1), 0.0
+
+  def timing(self, stats: Stats) -> str:
+    return "prompt lookup, on the host"
+
+def choose_draft(name: str, ngram_max: int, load: Callable[[str], GPT2]) -> Draft:
+  """The draft that a command line's --draft names: prompt lookup for "ngram", else ModelDraft(load(name))."""
+  return NgramDraft(ngram_max) if name == "ngram" else ModelDraft(load(name))
+
 # ***** what a run measures, and what the paper predicts from it *****
 
 @dataclass
 class Stats:
   """What a run measured. A round is one compiled call, so the draft's and the target's shares of it cannot be
   timed inside it: draft_first_time, draft_call_time and target_call_time are its steps timed alone, compiled
-  as the round runs them (time_step), filled in by whoever timed them (the CLI, bench.py), except for prompt
-  lookup and Algorithm 1, which time their own."""
+  as the round runs them (compiled.time_step), filled in by whoever timed them (session.time_parts, bench.py),
+  except for Algorithm 1, which times its own."""
   new_tokens: int = 0
-  target_calls: int = 0      # target passes after the prompt: one per round (per token in Algorithm 1)
+  rounds: int = 0            # rounds after the prompt, each one pass of the target (Algorithm 1: one a token)
   drafted: int = 0           # draft tokens proposed
   accepted: int = 0          # drafts that passed r < q(x̃)/p(x̃)
   rejected: int = 0          # drafts that failed it: each ends its round, so the drafts after it
@@ -277,9 +334,12 @@ class Stats:
   compiled_calls: int = 0    # compiled calls launched after the prompt
   round_time: float = 0.0    # seconds in them, from each launch until its numbers were read on the host
   host_time: float = 0.0     # seconds until each launch returned: on CUDA or Metal, the host's own work
+  propose_time: float = 0.0  # seconds the host spent choosing each round's call and drafts (prompt lookup's)
   draft_first_time: float = float("nan")  # seconds of a round's first draft step, of 2 rows, timed alone
   draft_call_time: float = float("nan")   # seconds to draft one token: one draft step of 1 row timed alone,
                                           # or a share of prompt lookup's host work
+  draft_round_time: float = float("nan")  # seconds of the draft's steps in a round: the first and K-1 later
+                                          # ones timed alone; 0 for prompt lookup, whose drafts come from the host
   target_call_time: float = float("nan")  # seconds of one target step of K+1 rows timed alone; for
                                           # Algorithm 1, its whole call (pass and draw)
   total_time: float = 0.0
@@ -297,26 +357,24 @@ class Stats:
 
   @property
   def tokens_per_target_call(self) -> float:
-    return self.new_tokens / max(self.target_calls, 1)
+    return self.new_tokens / max(self.rounds, 1)
 
   @property
   def mean_drafted(self) -> float:
     """Drafts proposed per round: K for a model draft (fewer only at the context's end),
     up to K for an n-gram draft."""
-    return self.drafted / max(self.target_calls, 1)
+    return self.drafted / max(self.rounds, 1)
 
   @property
   def round_call_time(self) -> float:
     """Seconds per compiled call: a whole round of Algorithm 2 (a token of Algorithm 1), read included."""
     return self.round_time / max(self.compiled_calls, 1)
 
-  def round_parts_time(self, K: int) -> float:
-    """Seconds of a round's parts, each timed alone: the draft's first step (2 rows), its K-1 later steps
-    (1 row) and the target's K+1 rows; for prompt lookup, whose drafts come from the host, the target's alone.
+  @property
+  def round_parts_time(self) -> float:
+    """Seconds of a round's parts, each timed alone: the draft's (draft_round_time) and the target's K+1 rows.
     A round that costs more than its parts runs other kernels than the ones c was timed on."""
-    if math.isnan(self.draft_first_time):  # no model draft
-      return self.target_call_time
-    return self.draft_first_time + (K - 1) * self.draft_call_time + self.target_call_time
+    return self.draft_round_time + self.target_call_time
 
   @property
   def cost_ratio(self) -> float:
@@ -338,26 +396,29 @@ def predicted_speedup(alpha: float, K: float, c: float) -> float:
 
 # ***** whole generations *****
 
-def check_run(models: list[GPT2], prompt_tokens: list[int], max_new_tokens: int, seed: int = 0) -> None:
+def check_request(K: int, max_new_tokens: int, seed: int, prompt: str | list[int] | None) -> None:
+  """Raise ValueError with one sentence for a request that no models could run: the command lines call it
+  before any model loads. prompt None: prompts of the caller's own (bench.py's built-in ones)."""
+  if not 1 <= K < MAX_ROWS:
+    raise ValueError(f"K (the lookahead) is {K}: it must be in 1..{MAX_ROWS - 1}.")
+  if max_new_tokens < 1:
+    raise ValueError(f"max-new-tokens is {max_new_tokens}: it must be at least 1.")
+  if not 0 <= seed <= SEED_MAX:
+    raise ValueError(f"The seed is {seed}: it must be in 0..{SEED_MAX}.")
+  if prompt is not None and not len(prompt):
+    raise ValueError("The prompt is empty: give some text to continue.")
+
+def check_run(models: list[GPT2], prompt_tokens: list[int]) -> None:
   """Raise ValueError with one sentence if the models cannot continue this prompt together."""
   n_ctx, vocab = min(m.config.n_ctx for m in models), models[0].config.vocab_size
   if any(m.config.vocab_size != vocab for m in models):
     raise ValueError(f"The draft's vocabulary ({models[-1].config.vocab_size} tokens) differs from the "
                      f"target's ({vocab}): choose two models that share a tokenizer.")
-  if not prompt_tokens:
-    raise ValueError("The prompt is empty: give some text to continue.")
   if len(prompt_tokens) >= n_ctx:
     raise ValueError(f"The prompt is {len(prompt_tokens)} tokens but the context holds {n_ctx}: "
                      f"shorten it to at most {n_ctx - 1}.")
   if not all(0 <= t < vocab for t in prompt_tokens):
     raise ValueError(f"The prompt has token ids outside the vocabulary of {vocab}.")
-  if max_new_tokens < 1:
-    raise ValueError(f"max-new-tokens is {max_new_tokens}: it must be at least 1.")
-  check_seed(seed)
-
-def check_seed(seed: int) -> None:
-  if not 0 <= seed <= SEED_MAX:
-    raise ValueError(f"The seed is {seed}: it must be in 0..{SEED_MAX}.")
 
 def stop_reason(x: list[int], n_prompt: int, max_new_tokens: int, n_ctx: int, eos: int | None) -> str:
   """Why generation must stop now, or "" to go on: the paper's "while n < T", plus end-of-text
@@ -376,82 +437,66 @@ def prefill(model: GPT2, tokens: list[int], sampling: Sampling, rows: int) -> No
   """Feed a prompt's tokens into model's KV cache, in compiled steps of `rows` rows (their results unread)."""
   if not tokens:
     return
-  model.prepare()
-  step = model.step(rows if len(tokens) > 1 else 1, sampling)
+  call = step(model, rows if len(tokens) > 1 else 1, sampling)
   for b in range(0, len(tokens), rows):
-    step(b, *tokens[b:b + rows])
+    call(b, *tokens[b:b + rows])
 
 def autoregressive_sample(model: GPT2, prompt_tokens: list[int], max_new_tokens: int, *,
-                          temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, seed: int = 0,
-                          eos: int | None = EOT, stream: Stream | None = None,
-                          rows: int = BLOCK) -> tuple[list[int], Stats]:
+                          sampling: Sampling = Sampling(), seed: int = 0, eos: int | None = EOT,
+                          stream: Stream | None = None, rows: int = PREFILL_ROWS) -> tuple[list[int], Stats]:
   """Algorithm 1: sample max_new_tokens tokens from the model one forward pass at a time (with its KV cache),
   each pass and its draw one compiled call on the device.
 
   Stops early at eos or when the context is full. Returns the new tokens and the Stats. The prompt goes in
   blocks of `rows` tokens (K+1 beside Algorithm 2, to replay its compiled step).
   """
-  sampling = Sampling(temperature, top_k, top_p)
-  check_run([model], prompt_tokens, max_new_tokens, seed)
+  check_request(1, max_new_tokens, seed, prompt_tokens)
+  check_run([model], prompt_tokens)
   stats, start, x = Stats(), time.perf_counter(), list(prompt_tokens)
   prefill(model, x[:-1], sampling, rows)
-  step = compiled(model, token_step, sampling)
+  call = kept(model, (token_step, sampling), lambda: token_step(model, sampling))
   # Algorithm 1: "while n < T do"
   while not (stopped_by := stop_reason(x, len(prompt_tokens), max_new_tokens, model.config.n_ctx, eos)):
     # Algorithm 1: "Sample x_{n+1} ~ q(x|x_1, ..., x_n)" and "n <- n + 1", on the device
-    x.append(int(run_call(step, [x[-1], seed, stats.target_calls, len(x) - 1], stats)[0]))
-    stats.target_calls += 1
+    x.append(int(run_call(call, [x[-1], seed, stats.rounds, len(x) - 1], stats)[0]))
+    stats.rounds += 1
     if stream:
       stream(x[-1:], ["target"])
   stats.new_tokens, stats.total_time = len(x) - len(prompt_tokens), time.perf_counter() - start
   stats.stopped_by, stats.target_call_time = stopped_by, stats.round_call_time
   return x[len(prompt_tokens):], stats
 
-def speculative_sample(target: GPT2, draft: GPT2 | NgramDraft, prompt_tokens: list[int], max_new_tokens: int,
-                       *, K: int = 4, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
-                       seed: int = 0, eos: int | None = EOT,
+def speculative_sample(target: GPT2, draft: Draft, prompt_tokens: list[int], max_new_tokens: int, *, K: int = 4,
+                       sampling: Sampling = Sampling(), seed: int = 0, eos: int | None = EOT,
                        stream: Stream | None = None) -> tuple[list[int], list[str], Stats]:
-  """Algorithm 2: sample max_new_tokens tokens from the target q, drafting K at a time with the draft p: a
-  smaller GPT-2, or NgramDraft (prompt lookup). Each round is one compiled call on the device.
+  """Algorithm 2: sample max_new_tokens tokens from the target q, drafting K at a time with the draft p:
+  ModelDraft(a smaller GPT-2), or NgramDraft (prompt lookup). Each round is one compiled call on the device.
 
   The tokens follow the target's distribution exactly (the paper's Theorem 1). Stops early at eos or when the
   context is full. Returns the new tokens, where each came from ('accepted', 'resampled' from (q - p)+,
   'bonus', or 'target' for a plain target step where the draft proposed nothing), and the Stats.
   """
-  sampling = Sampling(temperature, top_k, top_p)
-  if not 1 <= K < MAX_ROWS:
-    raise ValueError(f"K (the lookahead) is {K}: it must be in 1..{MAX_ROWS - 1}.")
-  models = [target] + ([draft] if isinstance(draft, GPT2) else [])
-  check_run(models, prompt_tokens, max_new_tokens, seed)
-  stats, start, lookup_time = Stats(), time.perf_counter(), 0.0
-  n_ctx, n_prompt = min(m.config.n_ctx for m in models), len(prompt_tokens)
+  check_request(K, max_new_tokens, seed, prompt_tokens)
+  check_run([target, *draft.models], prompt_tokens)
+  stats, start = Stats(), time.perf_counter()
+  n_ctx, n_prompt = min(m.config.n_ctx for m in [target, *draft.models]), len(prompt_tokens)
   x, origins = list(prompt_tokens), []
-  # every round feeds the target from x_n (cache position n-1) and a model draft from x_{n-1}: the prompt
+  # every round feeds the target from x_n (cache position n-1), a model draft from x_{n-1}: the prompt
   # before those goes into their caches first, in steps of K+1 rows
   prefill(target, x[:-1], sampling, K + 1)
-  if isinstance(draft, GPT2):
-    prefill(draft, x[:-2], sampling, K + 1)
+  draft.prefill(x, sampling, K + 1)
   # Algorithm 2: "while n < T do"
   while not (stopped_by := stop_reason(x, n_prompt, max_new_tokens, n_ctx, eos)):
-    n, k = len(x), min(K, n_ctx - len(x))  # near the end of the context, fewer drafts count: the target's
-                                           # K+1 positions still fit in its cache's spare rows
-    if isinstance(draft, GPT2):
-      fed = max(n - 2, 0)  # the draft re-feeds x_{n-1} and x_n from there (x_1 twice when n = 1)
-      out = run_call(compiled(target, model_round, draft, K, sampling),
-                     [fed, n - 1 - fed, x[fed], x[-1], k, seed, stats.target_calls, n - 1], stats)
-    else:
-      lookup = time.perf_counter()
-      drafts = draft.propose(x, k)
-      k, lookup_time = len(drafts), lookup_time + time.perf_counter() - lookup
-      if k:
-        out = run_call(compiled(target, lookup_round, K, sampling),
-                       [x[-1], *drafts, *[0] * (K - k), k, seed, stats.target_calls, n - 1], stats)
-      else:  # nothing to propose: one plain target step
-        out = np.array([*run_call(compiled(target, token_step, sampling), [x[-1], seed, stats.target_calls,
-                                                                           n - 1], stats)[:1], 0, 0])
-    stats.target_calls += 1
-    a = int(out[K + 1]) if k else 0
-    new = [int(t) for t in out[:a + 1]] if k else [int(out[0])]
+    n = len(x)
+    chose = time.perf_counter()
+    # near the end of the context, fewer drafts count: the target's K+1 positions still fit in its cache's
+    # spare rows
+    call, values, k = draft.round(target, x, K, min(K, n_ctx - n), sampling)
+    stats.propose_time += time.perf_counter() - chose
+    out = run_call(call, [*values, seed, stats.rounds, n - 1], stats)
+    stats.rounds += 1
+    a = int(out[K + 1]) if k else 0  # k = 0: the call was a plain target step, whose token is out[0]
+    new = [int(t) for t in out[:a + 1]]
     came_from = ["accepted"] * a + ["resampled" if a < k else "bonus" if k else "target"]
     stats.drafted, stats.accepted = stats.drafted + k, stats.accepted + a
     stats.rejected += a < k
@@ -466,23 +511,9 @@ def speculative_sample(target: GPT2, draft: GPT2 | NgramDraft, prompt_tokens: li
       stream(new, came_from[:len(new)])
   stats.new_tokens, stats.total_time = len(x) - n_prompt, time.perf_counter() - start
   stats.stopped_by = stopped_by
-  if isinstance(draft, NgramDraft):
-    stats.draft_call_time = lookup_time / max(stats.drafted, 1)
   return x[n_prompt:], origins, stats
-
-def time_step(model: GPT2, rows: int, sampling: Sampling, reps: int = 5) -> float:
-  """Seconds of one compiled step of `rows` rows alone (median of reps replays, compiled first, waiting for
-  the device): what c and t(K+1)/t(1) are computed from, since a fused round cannot time its parts."""
-  model.prepare()
-  step, times = model.step(rows, sampling), []
-  for _ in range(reps + 2):  # the first two compile and capture
-    begin = time.perf_counter()
-    step(0, *[0] * rows)
-    Device[model.wte.weight.device].synchronize()
-    times.append(time.perf_counter() - begin)
-  return float(np.median(times[2:]))
 
 if __name__ == "__main__":
   import sys
-  from cli import main  # the command line has its own module, so that this one holds only the algorithms
-  sys.exit(main())
+  from cli import command  # the command line has its own module, so that this one holds only the algorithms
+  sys.exit(command())

@@ -33,9 +33,10 @@ import argparse, functools, hashlib, json, math, pathlib, re, sys, textwrap, tim
 from collections import Counter
 from dataclasses import dataclass, fields
 import numpy as np
-from tinygrad import Tensor, TinyJit, dtypes
+from tinygrad import Context, Tensor, TinyJit, dtypes
 from tinygrad.nn.state import get_state_dict, load_state_dict
 from gpt2 import GPT2, GPT2Config
+from sampling import Sampling
 from weights import hf_to_tinyspec, load_tokenizer, save_model
 
 ROOT = pathlib.Path(__file__).resolve().parent
@@ -497,10 +498,12 @@ def openings(val_text: str, n: int) -> list[str]:
   found = list(dict.fromkeys(re.findall(r"(?:^|(?<=\. ))([A-Z][a-z]+(?: [a-z]+){5})", val_text, re.M)))
   return [found[i] for i in sorted(np.random.default_rng(1).choice(len(found), n, replace=False))]
 
+GREEDY = Sampling(0)  # the argmax at every step
+
 def greedy_faults(model: GPT2, enc, prompts: list[str], words: set[str]) -> list[tuple[str, str, list[str]]]:
   """(prompt, text, faults) for each prompt whose greedy continuation (64 tokens) sentence_faults finds fault with."""
   from speculative import autoregressive_sample
-  texts = [enc.decode(autoregressive_sample(model, enc.encode(p), 64, temperature=0, eos=None)[0]) for p in prompts]
+  texts = [enc.decode(autoregressive_sample(model, enc.encode(p), 64, sampling=GREEDY, eos=None)[0]) for p in prompts]
   found = [(p, text, sentence_faults(text, words)) for p, text in zip(prompts, texts)]
   return [f for f in found if f[2]]
 
@@ -809,6 +812,7 @@ def interpolate(hf, start: dict, share: float) -> None:
     hf.load_state_dict({k: start[k] + share * (v - start[k]) if v.is_floating_point() else v
                         for k, v in hf.state_dict().items()})
 
+@Context(BEAM=0)  # no kernel search, whatever BEAM says: only compiled.py's Compiled.search searches
 def train(name: str, r: Recipe, out: pathlib.Path, ckpt_root: pathlib.Path, seed: int, fresh: bool,
           docs: pathlib.Path = DOCS, export: bool = False) -> None:
   """Train one model on the corpus's tokens (pretrain, then finetune if the recipe asks), calibrate it on the
@@ -848,6 +852,7 @@ def train(name: str, r: Recipe, out: pathlib.Path, ckpt_root: pathlib.Path, seed
         f"{temperature:.3f} (folded into ln_f), saved to {out / name} after {time.perf_counter() - t0:.0f} s",
         file=sys.stderr)
 
+@Context(BEAM=0)  # no kernel search, whatever BEAM says: only compiled.py's Compiled.search searches
 def evaluate(folders: dict[str, pathlib.Path], prompts: int = 60, name: str = "docs",
              docs: pathlib.Path = DOCS) -> dict[str, float]:
   """Held-out perplexity of each saved model (as shipped: float16 files, through gpt2.py) and of the bigram

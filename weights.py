@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib, hashlib, http.client, json, os, pathlib, sys, urllib.error, urllib.request
 from typing import Iterator
 import tiktoken
-from tinygrad import Tensor, dtypes
+from tinygrad import Context, Tensor, dtypes
 from tinygrad.dtype import DType
 from tinygrad.helpers import tqdm
 from tinygrad.nn.state import get_parameters, get_state_dict, load_state_dict, safe_load, safe_save
@@ -277,7 +277,8 @@ def load_model(name_or_dir: str, dtype: DType = dtypes.float32) -> GPT2:
       raise LoadError(f"{folder} does not match its config.json: tensor {k} is "
                       f"{state[k].shape if k in state else 'missing'}, "
                       f"the config needs {expected.get(k, 'no such tensor')}.")
-  load_state_dict(model, state, verbose=False)
+  with Context(BEAM=0):  # only compiled calls may search kernels (compiled.py), whatever BEAM says
+    load_state_dict(model, state, verbose=False)
   return model
 
 # --- save ---
@@ -295,7 +296,8 @@ def save_model(model: GPT2, folder: str | pathlib.Path, dtype: DType = dtypes.fl
   # the KV caches are state, not weights; the Conv1D weights go back to (in, out)
   state = {k: (v.T if k.endswith(CONV1D) else v).cast(dtype).contiguous()
            for k, v in get_state_dict(model).items() if not k.endswith("cache_kv")}
-  safe_save(state, str(folder / "model.safetensors"))
+  with Context(BEAM=0):  # as in load_model
+    safe_save(state, str(folder / "model.safetensors"))
   return folder
 
 # --- the tokenizer, and random weights ---
@@ -339,5 +341,6 @@ def random_model(shape: str, dtype: DType = dtypes.float32, seed: int = 0) -> GP
   for p in get_parameters(model):
     p.replace(p.cast(dtype))
   # compute the random init once; left lazy, every call would redo it
-  Tensor.realize(*get_parameters(model))
+  with Context(BEAM=0):  # as in load_model
+    Tensor.realize(*get_parameters(model))
   return model

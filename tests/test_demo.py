@@ -11,7 +11,9 @@ from tinygrad.nn.state import get_state_dict
 from tiny import REPO
 import train
 from gpt2 import GPT2, GPT2Config
-from speculative import autoregressive_sample, speculative_sample
+import compiled
+from sampling import Sampling
+from speculative import ModelDraft, autoregressive_sample, speculative_sample
 from weights import DEMO, load_model, load_tokenizer
 
 pytestmark = pytest.mark.skipif(not all((d / "model.safetensors").is_file() for d in DEMO.values()),
@@ -55,7 +57,7 @@ def test_tokens_off_the_corpus_get_almost_nothing(pair, corpus):
   off[used] = False
   text = val_ids[:200].tolist()
   for model in pair:
-    logits = model(text, 0).astype(np.float64)
+    logits = compiled.logits(model, text, 0).astype(np.float64)
     probs = np.exp(logits - logits.max(-1, keepdims=True))
     probs /= probs.sum(-1, keepdims=True)
     assert probs[:, off].sum(-1).max() < 1e-3
@@ -88,7 +90,7 @@ def test_the_sentence_check_rejects_its_controls(corpus, words):
   64 tokens drawn uniformly from the corpus's tokens (word salad), and passes a passage of held-out docs."""
   enc, _, val_ids, used = corpus
   control, _ = autoregressive_sample(untrained(train.SHIPPED["target"].shape, used), enc.encode(PROMPTS[0]), 64,
-                                     temperature=0, eos=None)
+                                     sampling=Sampling(0), eos=None)
   assert train.sentence_faults(enc.decode(control), words), "the untrained model passes: the check cannot tell"
   noise = np.random.default_rng(0).choice(used, 64).tolist()
   assert train.sentence_faults(enc.decode(noise), words), "uniform tokens pass: the check cannot tell"
@@ -109,7 +111,7 @@ def test_greedy_text_is_sentences_of_the_docs(pair, corpus, words):
   target, _ = pair
   for prompt in PROMPTS + train.openings(enc.decode(val_ids.tolist()), 10):
     assert prompt not in training_text
-    tokens, _ = autoregressive_sample(target, enc.encode(prompt), 64, temperature=0, eos=None)
+    tokens, _ = autoregressive_sample(target, enc.encode(prompt), 64, sampling=Sampling(0), eos=None)
     text = enc.decode(tokens)
     assert not train.sentence_faults(text, words), (prompt, text, train.sentence_faults(text, words))
 
@@ -122,10 +124,10 @@ def test_the_draft_is_accepted_often_but_not_always(pair, corpus):
   accepted = checked = 0
   for prompt in [README_PROMPT, *PROMPTS]:
     for seed in range(3):
-      _, _, stats = speculative_sample(target, draft, enc.encode(prompt), 64, K=4, temperature=1.0, seed=seed,
+      _, _, stats = speculative_sample(target, ModelDraft(draft), enc.encode(prompt), 64, K=4, seed=seed,
                                        eos=None)
       accepted, checked = accepted + stats.accepted, checked + stats.accepted + stats.rejected
   assert 0.5 <= accepted / checked <= 0.9, accepted / checked
   prompt = enc.encode(README_PROMPT)
-  greedy, _ = autoregressive_sample(target, prompt, 16, temperature=0, eos=None)
-  assert speculative_sample(target, draft, prompt, 16, K=4, temperature=0, eos=None)[0] == greedy
+  greedy, _ = autoregressive_sample(target, prompt, 16, sampling=Sampling(0), eos=None)
+  assert speculative_sample(target, ModelDraft(draft), prompt, 16, K=4, sampling=Sampling(0), eos=None)[0] == greedy

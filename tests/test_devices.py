@@ -18,8 +18,8 @@ needs_opencl = pytest.mark.skipif(not has_opencl(), reason="no OpenCL device: ap
 GENERATE = """
 from tinygrad import Device
 from weights import load_model
-from speculative import autoregressive_sample, speculative_sample
-target, draft = load_model({target!r}), load_model({draft!r})
+from speculative import ModelDraft, autoregressive_sample, speculative_sample
+target, draft = load_model({target!r}), ModelDraft(load_model({draft!r}))
 speculative_sample(target, draft, [1, 2, 3], 9, K=3, seed=0)
 autoregressive_sample(target, [1, 2, 3], 5, rows=4, seed=0)
 print(Device.DEFAULT, sorted(Device._opened_devices))

@@ -29,7 +29,8 @@ import speculative
 from gpt2 import GPT2
 from reference import next_probs
 from sampling import Sampling
-from speculative import NgramDraft, random_bits, speculative_sample
+from compiled import forward_rows
+from speculative import Draft, ModelDraft, NgramDraft, random_bits, speculative_sample
 
 PLAIN = Sampling()
 
@@ -142,12 +143,12 @@ VOCAB, PROMPT = 4, [0]
 TINY = dict(n_layer=1, n_head=1, n_embd=8, vocab_size=VOCAB, n_ctx=16)
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory) -> tuple[GPT2, GPT2]:
+def models(tmp_path_factory) -> tuple[GPT2, ModelDraft]:
   """The target q and the draft p, loaded once so that their JIT stays warm for the whole module."""
   folder = tmp_path_factory.mktemp("tiny")
   target = load_model(str(write_checkpoint(folder / "target", seed=5, std=0.6, **TINY)))
   draft = load_model(str(write_checkpoint(folder / "draft", seed=10, std=0.5, **TINY)))
-  return target, draft
+  return target, ModelDraft(draft)
 
 @functools.cache
 def exact_joint(target: GPT2, L: int, settings: Sampling,
@@ -165,7 +166,7 @@ def exact_joint(target: GPT2, L: int, settings: Sampling,
     joint = (joint[:, None] * q).reshape(-1)
   return joint
 
-def sampled_joint(target: GPT2, draft: GPT2 | NgramDraft, K: int, L: int, settings: Sampling, n: int,
+def sampled_joint(target: GPT2, draft: Draft, K: int, L: int, settings: Sampling, n: int,
                   prompt: list[int] = PROMPT) -> tuple[np.ndarray, dict[str, int]]:
   """Counts of speculative_sample's first L tokens over seeds 0 .. n-1, and in how many samples each path of
   Algorithm 2 showed."""
@@ -174,8 +175,7 @@ def sampled_joint(target: GPT2, draft: GPT2 | NgramDraft, K: int, L: int, settin
                          "round after a bonus"), 0)
   for seed in range(n):
     # eos=None: GPT-2's eos id is not in this vocabulary anyway
-    tokens, origins, _ = speculative_sample(target, draft, prompt, L, K=K, temperature=settings.temperature,
-                                            top_k=settings.top_k, top_p=settings.top_p, seed=seed, eos=None)
+    tokens, origins, _ = speculative_sample(target, draft, prompt, L, K=K, sampling=settings, seed=seed, eos=None)
     # the tokens as a base-VOCAB number, as in exact_joint
     counts[np.ravel_multi_index(tokens, (VOCAB,) * L)] += 1
     paths["rejection"] += "resampled" in origins
@@ -206,7 +206,7 @@ N_JOINT = 400
 # Bonferroni over the grid: a correct sampler fails some case with probability <= 1e-3
 ALPHA_JOINT = 1e-3 / len(CASES)
 
-def joint_test(target: GPT2, draft: GPT2, case: str) -> tuple[float, dict[str, int]]:
+def joint_test(target: GPT2, draft: ModelDraft, case: str) -> tuple[float, dict[str, int]]:
   """The test that every part-2 case and every control runs: N_JOINT samples, chi-square against the target's
   exact joint."""
   K, settings = CASES[case]
@@ -214,7 +214,7 @@ def joint_test(target: GPT2, draft: GPT2, case: str) -> tuple[float, dict[str, i
   return chisquare_pvalue(counts, exact_joint(target, K + 2, settings)), paths
 
 @pytest.mark.parametrize("case", CASES)
-def test_speculative_sample_keeps_the_targets_distribution(models: tuple[GPT2, GPT2], case: str):
+def test_speculative_sample_keeps_the_targets_distribution(models: tuple[GPT2, ModelDraft], case: str):
   """speculative_sample's first K + 2 tokens follow the target's exact joint distribution (Theorem 1), through
   every path."""
   pvalue, paths = joint_test(*models, case)
@@ -237,45 +237,46 @@ def test_speculative_sample_keeps_the_targets_distribution(models: tuple[GPT2, G
 # the last emitted token, and test_gpt2.py checks that the cache is exact under rollback.
 
 def broken(monkeypatch: pytest.MonkeyPatch, name: str, fn: Callable, target: GPT2 | None) -> None:
-  """Replace speculative.<name> with fn for this test, and start the target with no compiled rounds."""
+  """Replace speculative.<name> with fn for this test, and start the target with no compiled rounds (its
+  compiled steps stay)."""
   monkeypatch.setattr(speculative, name, fn)
   if target is not None:
-    monkeypatch.setattr(target, "rounds", {})
+    monkeypatch.setattr(target, "calls", {key: c for key, c in target.calls.items() if key[0] == "step"})
 
-def accept_every_draft(monkeypatch: pytest.MonkeyPatch, target: GPT2 | None, draft: GPT2 | None) -> None:
+def accept_every_draft(monkeypatch: pytest.MonkeyPatch, target: GPT2 | None, draft: ModelDraft | None) -> None:
   """The round without the test r < q(x̃)/p(x̃): every x̃ is kept, so the output follows the draft p."""
   broken(monkeypatch, "accept", lambda r, p_x, q_x: r >= 0, target)
 
-def resample_from_q(monkeypatch: pytest.MonkeyPatch, target: GPT2 | None, draft: GPT2 | None) -> None:
+def resample_from_q(monkeypatch: pytest.MonkeyPatch, target: GPT2 | None, draft: ModelDraft | None) -> None:
   """A rejected x̃ is replaced by a draw from q instead of from (q - p)+: the mass that p and q share is
   emitted twice."""
   broken(monkeypatch, "residual", lambda q_t, p_t: q_t, target)
 
-def accept_too_often(monkeypatch: pytest.MonkeyPatch, target: GPT2 | None, draft: GPT2 | None) -> None:
+def accept_too_often(monkeypatch: pytest.MonkeyPatch, target: GPT2 | None, draft: ModelDraft | None) -> None:
   """The accept test loosened to r·p <= 2·q: drafts the target likes less than the draft does pass too
   often."""
   broken(monkeypatch, "accept", lambda r, p_x, q_x: r * p_x <= q_x * 2, target)
 
-def argmax_draft(monkeypatch: pytest.MonkeyPatch, target: GPT2, draft: GPT2) -> None:
+def argmax_draft(monkeypatch: pytest.MonkeyPatch, target: GPT2, draft: ModelDraft) -> None:
   """The draft proposes its argmax, but the round scores x̃ with the draft's softmax p: x̃ is not drawn from
   the p it is scored with."""
   broken(monkeypatch, "sample_draft", lambda p_t, bits: p_t.argmax(-1).cast(dtypes.int32), target)
 
-def filter_only_the_draft(monkeypatch: pytest.MonkeyPatch, target: GPT2, draft: GPT2) -> None:
+def filter_only_the_draft(monkeypatch: pytest.MonkeyPatch, target: GPT2, draft: ModelDraft) -> None:
   """top-k and top-p are applied to the draft's p but not to the target's q: the output follows the unfiltered
   target."""
   broken(monkeypatch, "score", lambda model, ids, start, settings, searched:
-         model.forward_rows(ids, start, Sampling(settings.temperature), searched)[:ids.shape[0]], target)
+         forward_rows(model, ids, start, Sampling(settings.temperature), searched)[:ids.shape[0]], target)
 
-def score_one_position_late(monkeypatch: pytest.MonkeyPatch, target: GPT2, draft: GPT2) -> None:
+def score_one_position_late(monkeypatch: pytest.MonkeyPatch, target: GPT2, draft: ModelDraft) -> None:
   """An off-by-one in the target's rows: x̃_t is checked against q(x|x_1..x_n, x̃_1..x̃_t) instead of
   q(x|x_1..x_n, x̃_1..x̃_{t-1})."""
   def late(model, ids, start, settings, searched):
-    q = model.forward_rows(ids, start, settings, searched)[:ids.shape[0]]
+    q = forward_rows(model, ids, start, settings, searched)[:ids.shape[0]]
     return q[1:].cat(q[-1:])
   broken(monkeypatch, "score", late, target)
 
-Break = Callable[[pytest.MonkeyPatch, GPT2, GPT2], None]
+Break = Callable[[pytest.MonkeyPatch, GPT2, ModelDraft], None]
 CONTROLS: dict[str, tuple[Break, str]] = {  # each bug, and the part-2 case whose test must catch it
   "accept every draft": (accept_every_draft, "K=2"),
   "resample from q": (resample_from_q, "K=2"),
@@ -288,7 +289,7 @@ CONTROLS: dict[str, tuple[Break, str]] = {  # each bug, and the part-2 case whos
 }
 
 @pytest.mark.parametrize("name", CONTROLS)
-def test_broken_sampler_is_caught(models: tuple[GPT2, GPT2], monkeypatch: pytest.MonkeyPatch, name: str):
+def test_broken_sampler_is_caught(models: tuple[GPT2, ModelDraft], monkeypatch: pytest.MonkeyPatch, name: str):
   """A deliberately broken speculative_sample fails the same test at the same N with p < 1e-6: the test can
   see that bug."""
   install_bug, case = CONTROLS[name]
@@ -317,7 +318,7 @@ def ngram_test(target: GPT2) -> tuple[float, dict[str, int]]:
   counts, paths = sampled_joint(target, NgramDraft(max_n=3), NGRAM_K, L, PLAIN, N_JOINT, NGRAM_PROMPT)
   return chisquare_pvalue(counts, exact_joint(target, L, PLAIN, tuple(NGRAM_PROMPT))), paths
 
-def test_ngram_draft_keeps_the_targets_distribution(models: tuple[GPT2, GPT2]):
+def test_ngram_draft_keeps_the_targets_distribution(models: tuple[GPT2, ModelDraft]):
   """Theorem 1 with a deterministic draft: the first K + 2 tokens follow the target's exact joint
   distribution."""
   pvalue, paths = ngram_test(models[0])
@@ -325,7 +326,7 @@ def test_ngram_draft_keeps_the_targets_distribution(models: tuple[GPT2, GPT2]):
     f"a path of Algorithm 2 is (almost) missing from the window: {paths}"
   assert pvalue > 1e-3, f"p = {pvalue:.2e}; paths seen: {paths}"
 
-def test_ngram_draft_resampling_from_q_is_caught(models: tuple[GPT2, GPT2], monkeypatch: pytest.MonkeyPatch):
+def test_ngram_draft_resampling_from_q_is_caught(models: tuple[GPT2, ModelDraft], monkeypatch: pytest.MonkeyPatch):
   """The n-gram case's own bug: after a rejection, drawing from q (x̃ included) instead of q with x̃
   removed."""
   resample_from_q(monkeypatch, models[0], None)

@@ -7,15 +7,16 @@ from tinygrad import Tensor, dtypes
 from tinygrad.codegen import to_program_cache
 from tinygrad.helpers import GlobalCounters
 from tiny import hub_tensors, write_checkpoint
+import compiled
+from compiled import PREFILL_ROWS, calls, step
 from sampling import Sampling
-from gpt2 import BLOCK
 from weights import load_model
 
 NEEDS_HF = ("the comparison with Hugging Face transformers needs torch and transformers: "
             "see requirements-hf.txt")
 
 def logits(model, tokens: list[int], start_pos: int) -> np.ndarray:
-  return model(tokens, start_pos)
+  return compiled.logits(model, tokens, start_pos)
 
 # (n_layer, n_head, n_embd, vocab_size, n_ctx): an odd head count, a head dim that is no power of two,
 # GPT-2's full vocabulary
@@ -103,11 +104,11 @@ def test_steady_state_schedules_nothing(tiny_pair, monkeypatch):
   built and scheduled per call (that host work cost more than the kernels), only the replay."""
   model, _ = tiny_pair
   for pos in (10, 11):
-    model([7] * 5, pos, last=5, head=Sampling())
+    compiled.logits(model, [7] * 5, pos, last=5, head=Sampling())
   scheduled = []
   monkeypatch.setattr(Tensor, "schedule_linear", lambda *args, **kw: scheduled.append(args))
   for pos in (12, 30, 50):
-    model([7, 8, 9, 10, 11], pos, last=5, head=Sampling())
+    compiled.logits(model, [7, 8, 9, 10, 11], pos, last=5, head=Sampling())
   assert scheduled == []
 
 def test_dropping_a_model_frees_its_memory(tmp_path):
@@ -118,8 +119,8 @@ def test_dropping_a_model_frees_its_memory(tmp_path):
   before = GlobalCounters.mem_used
   model = load_model(str(folder))
   for pos in range(3):
-    model([1, 2, 3], pos, last=3, head=Sampling())
-    model([4], pos + 3, head=Sampling(top_k=3))
+    compiled.logits(model, [1, 2, 3], pos, last=3, head=Sampling())
+    compiled.logits(model, [4], pos + 3, head=Sampling(top_k=3))
   used = GlobalCounters.mem_used - before
   del model
   gc.collect()
@@ -143,22 +144,23 @@ def test_search_is_never_in_a_call_and_gives_the_same_logits(tmp_path, monkeypat
   monkeypatch.setattr(tinygrad.helpers, "_db_connection", None)
   monkeypatch.setattr(tinygrad.helpers, "_db_tables", set())
   folder = write_checkpoint(tmp_path, n_layer=1, n_head=2, n_embd=16, vocab_size=40, n_ctx=16, seed=4)
+  monkeypatch.setattr(compiled, "SEARCH", 1)  # as BEAM=1 would
   model, ref = load_model(str(folder)), load_model(str(folder))
-  model.search, ref.search = 1, 0
   tokens = [3, 1, 4]
+  expected = logits(ref, tokens, 0)  # the default kernels, before anything is searched
   for _ in range(3):
     logits(model, tokens, 0)
-  assert searches() == 0 and model.unsearched() == [model.step(BLOCK, None)], "a call searched"
-  model.step(BLOCK, None).search()
+  unsearched = lambda m: [c for c in calls(m) if not c.searched]
+  assert searches() == 0 and unsearched(model) == [step(model, PREFILL_ROWS, None)], "a call searched"
+  step(model, PREFILL_ROWS, None).search()
   n = searches()
-  assert n > 0 and model.unsearched() == [], "Compiled.search searched nothing"
+  assert n > 0 and unsearched(model) == [], "Compiled.search searched nothing"
   got = logits(model, tokens, 0)
-  np.testing.assert_allclose(got, logits(ref, tokens, 0), atol=1e-5)
+  np.testing.assert_allclose(got, expected, atol=1e-5)
   assert searches() == n, "a replay searched again"
   again = load_model(str(folder))
-  again.search = 1
   np.testing.assert_allclose(logits(again, tokens, 0), got, atol=1e-6)
-  assert again.unsearched() == [] and searches() == n, "the search was not remembered"
+  assert unsearched(again) == [] and searches() == n, "the search was not remembered"
   assert got.shape == (3, 40)
 
 def test_float16_weights_give_float32_logits(tmp_path):
@@ -174,9 +176,9 @@ def test_positions_past_the_context_are_refused(tiny_pair):
 
 @pytest.mark.parametrize("length,last", [(40, 3), (17, 5), (20, 8)])
 def test_long_input_is_fed_in_blocks(tiny_pair, length, last):
-  """An input longer than BLOCK tokens (a prompt, or a prompt and K drafts) goes through one compiled step
+  """An input longer than PREFILL_ROWS tokens (a prompt, or a prompt and K drafts) goes through one compiled step
   block by block, the last block padded, and the last `last` tokens' logits are the same as in one call."""
   model, ref = tiny_pair
   seq = np.random.default_rng(5).integers(0, 101, length).tolist()
   full = logits(ref, seq, 0)
-  np.testing.assert_allclose(model(seq, 0, last=last), full[-last:], atol=1e-4)
+  np.testing.assert_allclose(compiled.logits(model, seq, 0, last=last), full[-last:], atol=1e-4)

@@ -56,9 +56,9 @@ import collections, re, sys
 import tinygrad.engine.realize as realize
 from tinygrad import Context
 from tinygrad.uop.ops import Ops
-from gpt2 import Compiled
+from compiled import Compiled, prepare, step
 from sampling import Sampling
-from speculative import compiled, lookup_round, model_round
+from speculative import lookup_round, model_round
 from weights import random_model
 names = []
 track_stats = realize.track_stats
@@ -78,13 +78,13 @@ def launched(call, searched, *values):  # a fresh copy of the call without JIT g
   return collections.Counter(names)
 sampling = Sampling()
 target, draft = random_model("2,4,128", seed=0), random_model("1,2,64", seed=1)
-target.prepare(), draft.prepare()
-draft_step = launched(draft.step(1, sampling), False, 5)
-for K in (2, 4, 6):  # 3, 5 and 7 rows: run at 3, 6 and 8 (gpt2.width)
-  target_step = launched(target.step(K + 1, sampling), False, 5)
+prepare(target), prepare(draft)
+draft_step = launched(step(draft, 1, sampling), False, 5)
+for K in (2, 4, 6):  # 3, 5 and 7 rows: run at 3, 6 and 8 (compiled.width)
+  target_step = launched(step(target, K + 1, sampling), False, 5)
   later_drafts = collections.Counter({kernel: n * (K - 1) for kernel, n in draft_step.items()})
-  calls = (("round", compiled(target, model_round, draft, K, sampling), (4, 1, 1, 2, K, 0, 0, 5), later_drafts),
-           ("lookup", compiled(target, lookup_round, K, sampling), (1,) * (K + 1) + (K, 0, 0, 5), collections.Counter()))
+  calls = (("round", model_round(target, draft, K, sampling), (4, 1, 1, 2, K, 0, 0, 5), later_drafts),
+           ("lookup", lookup_round(target, K, sampling), (1,) * (K + 1) + (K, 0, 0, 5), collections.Counter()))
   for name, call, values, drafts in calls:
     # at K = 4 also the control: the call built as searched kernels are (5 rows, unpadded), beside default steps
     for layout in ("default", "unpadded") if K == 4 else ("default",):

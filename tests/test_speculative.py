@@ -7,7 +7,7 @@ from tiny import REPO, TOKENIZER_DIR, run_script, write_checkpoint
 from weights import load_model
 from sampling import Sampling
 import reference, speculative
-from speculative import NgramDraft, autoregressive_sample, random_bits, speculative_sample
+from speculative import ModelDraft, NgramDraft, autoregressive_sample, random_bits, speculative_sample
 
 PROMPT = [5, 17, 2, 33]
 
@@ -20,15 +20,15 @@ def models(tmp_path_factory):
                             std=0.3)
   draft = write_checkpoint(root / "draft", n_layer=2, n_head=2, n_embd=32, vocab_size=64, n_ctx=48, seed=1,
                            std=0.2)
-  return load_model(str(target)), load_model(str(draft)), load_model(str(target))
+  return load_model(str(target)), ModelDraft(load_model(str(draft))), ModelDraft(load_model(str(target)))
 
 @pytest.mark.parametrize("K", range(1, 7))
 def test_greedy_speculative_equals_greedy_autoregressive(models, K):
   """At temperature 0, Algorithm 2 emits exactly Algorithm 1's tokens, through rejections and bonus tokens
   alike."""
   target, draft, _ = models
-  expected, _ = autoregressive_sample(target, PROMPT, 30, temperature=0)
-  got, origins, stats = speculative_sample(target, draft, PROMPT, 30, K=K, temperature=0)
+  expected, _ = autoregressive_sample(target, PROMPT, 30, sampling=Sampling(0))
+  got, origins, stats = speculative_sample(target, draft, PROMPT, 30, K=K, sampling=Sampling(0))
   assert got == expected
   assert {"accepted", "resampled", "bonus"} <= set(origins)  # the run went through every branch of verify
 
@@ -38,7 +38,7 @@ def test_a_draft_equal_to_the_target_is_always_accepted(models, settings):
   """With p = q, r·p(x̃) < q(x̃) holds for every r < 1: α̂ = 1 exactly, and every round ends with a bonus
   token."""
   target, _, copy = models
-  tokens, origins, stats = speculative_sample(target, copy, PROMPT, 40, K=4, seed=3, **settings)
+  tokens, origins, stats = speculative_sample(target, copy, PROMPT, 40, K=4, seed=3, sampling=Sampling(**settings))
   assert stats.acceptance_rate == 1.0 and "resampled" not in origins and len(tokens) == 40
 
 def test_same_seed_same_tokens(models):
@@ -54,9 +54,9 @@ def test_stops_at_exactly_max_new_tokens(models, max_new):
 
 def test_stops_at_eos_inside_an_accepted_draft(models):
   target, _, copy = models
-  greedy, _ = autoregressive_sample(target, PROMPT, 20, temperature=0, eos=None)
+  greedy, _ = autoregressive_sample(target, PROMPT, 20, sampling=Sampling(0), eos=None)
   eos = greedy[6]  # with p = q every draft is accepted, so this token arrives in the middle of a round
-  tokens, origins, _ = speculative_sample(target, copy, PROMPT, 20, K=4, temperature=0, eos=eos)
+  tokens, origins, _ = speculative_sample(target, copy, PROMPT, 20, K=4, sampling=Sampling(0), eos=eos)
   assert tokens == greedy[:greedy.index(eos) + 1] and len(origins) == len(tokens)
 
 def test_a_prompt_just_longer_than_a_block(models):
@@ -64,8 +64,8 @@ def test_a_prompt_just_longer_than_a_block(models):
   K+1 rows: the split must keep them all."""
   target, draft, _ = models
   prompt = (PROMPT * 4)[:14]
-  expected, _ = autoregressive_sample(target, prompt, 12, temperature=0)
-  assert speculative_sample(target, draft, prompt, 12, K=4, temperature=0)[0] == expected
+  expected, _ = autoregressive_sample(target, prompt, 12, sampling=Sampling(0))
+  assert speculative_sample(target, draft, prompt, 12, K=4, sampling=Sampling(0))[0] == expected
 
 def test_never_runs_past_the_context(models):
   """Near the end of the 48 positions K shrinks; generation stops when the context is full."""
@@ -83,8 +83,8 @@ def test_the_widest_rounds_padding_never_reaches_the_tokens(models, K, prompt_le
   Greedy prompt lookup, whose drafts follow the repeating prompt, must still emit Algorithm 1's tokens."""
   target, _, _ = models
   prompt = (PROMPT * 12)[:prompt_len]
-  expected, _ = autoregressive_sample(target, prompt, 40, temperature=0, eos=None)
-  got, origins, stats = speculative_sample(target, NgramDraft(), prompt, 40, K=K, temperature=0, eos=None)
+  expected, _ = autoregressive_sample(target, prompt, 40, sampling=Sampling(0), eos=None)
+  got, origins, stats = speculative_sample(target, NgramDraft(), prompt, 40, K=K, sampling=Sampling(0), eos=None)
   assert got == expected and stats.drafted > 0
 
 def test_ngram_draft_proposes_what_followed_the_latest_match():
@@ -104,8 +104,8 @@ def test_greedy_with_ngram_draft_equals_greedy_autoregressive(models):
   misses."""
   target = models[0]
   prompt = PROMPT * 3
-  expected, _ = autoregressive_sample(target, prompt, 30, temperature=0)
-  got, origins, stats = speculative_sample(target, NgramDraft(), prompt, 30, K=4, temperature=0)
+  expected, _ = autoregressive_sample(target, prompt, 30, sampling=Sampling(0))
+  got, origins, stats = speculative_sample(target, NgramDraft(), prompt, 30, K=4, sampling=Sampling(0))
   assert got == expected
   assert {"accepted", "resampled", "target"} <= set(origins) and stats.drafted > 0
 
@@ -140,18 +140,18 @@ def test_one_compiled_call_per_round(models):
   target, draft, _ = models
   begin = time.perf_counter()
   _, _, stats = speculative_sample(target, draft, list(range(30)), 100, K=4, eos=None)
-  assert stats.stopped_by == "the context" and stats.compiled_calls == stats.target_calls > 3
+  assert stats.stopped_by == "the context" and stats.compiled_calls == stats.rounds > 3
   # the times add up: the rounds lie inside the run, the run inside the call
   assert stats.host_time <= stats.round_time <= stats.total_time <= time.perf_counter() - begin
   _, base = autoregressive_sample(target, PROMPT, 7, eos=None)
-  assert base.compiled_calls == base.target_calls == 7
+  assert base.compiled_calls == base.rounds == 7
 
 def test_stats_say_what_stopped_the_run(models):
   target, draft, copy = models
   assert speculative_sample(target, draft, PROMPT, 5)[2].stopped_by == "max-new-tokens"
   assert speculative_sample(target, draft, list(range(44)), 100, eos=None)[2].stopped_by == "the context"
-  greedy, _ = autoregressive_sample(target, PROMPT, 20, temperature=0, eos=None)
-  assert speculative_sample(target, copy, PROMPT, 20, temperature=0,
+  greedy, _ = autoregressive_sample(target, PROMPT, 20, sampling=Sampling(0), eos=None)
+  assert speculative_sample(target, copy, PROMPT, 20, sampling=Sampling(0),
                             eos=greedy[3])[2].stopped_by == "end-of-text"
 
 def test_to_probs_filters_as_documented():
@@ -195,7 +195,7 @@ def test_nan_probabilities_end_the_run_with_one_sentence(tmp_path):
   returns, and the run ends with the sentence to fetch the weights again, in Algorithm 2 and Algorithm 1."""
   shape = dict(n_layer=1, n_head=2, n_embd=16, vocab_size=64, n_ctx=32)
   target = load_model(str(write_checkpoint(tmp_path / "target", **shape)))
-  draft = load_model(str(write_checkpoint(tmp_path / "draft", seed=3, **shape)))
+  draft = ModelDraft(load_model(str(write_checkpoint(tmp_path / "draft", seed=3, **shape))))
   target.ln_f.bias.assign(Tensor.full(target.ln_f.bias.shape, float("nan"))).realize()
   for run in (lambda: speculative_sample(target, draft, [1, 2], 4, K=2),
               lambda: autoregressive_sample(target, [1, 2], 4)):
@@ -303,7 +303,7 @@ def test_with_dev_unset_a_cpu_opencl_driver_gives_way_to_the_cpu_device(gpt2_voc
                         "--draft", draft, *tok, "--max-new-tokens", "4"], capture_output=True, text=True,
                        cwd=REPO, env={**env, "BEAM": "0"}, timeout=600)
   assert out.returncode == 0, out.stderr
-  which = "from tinygrad import Device; from gpt2 import on_host_cpu; print(Device.DEFAULT, on_host_cpu(Device.DEFAULT))"
+  which = "from tinygrad import Device; from compiled import on_host_cpu; print(Device.DEFAULT, on_host_cpu(Device.DEFAULT))"
   picked, on_cpu = subprocess.run([sys.executable, "-c", which], capture_output=True, text=True, cwd=REPO,
                                   env=env).stdout.split()
   if picked != "CPU" and on_cpu == "True":  # pocl here: the run moved to the CPU device

@@ -1,0 +1,210 @@
+"""Compiled calls: how gpt2.py's forward runs fast, and when its kernels are searched.
+
+    probs = compiled.logits(model, ids, start_pos, last=3, head=f)  # NumPy: f(the last 3 positions' logits)
+    step = compiled.step(model, rows, head)                          # the compiled call on `rows` tokens
+
+A compiled call is TinyJit's capture of a function of Variables: its later calls replay the kernels, and the
+host's work is binding numbers and one launch. This module holds that machinery (Compiled, the host read,
+symbolic ids), the layout of a call's rows (width), and the kernel-search policy. Importing it sets nothing in
+tinygrad: outside Compiled, the caller decides whether anything searches (the command lines turn BEAM off).
+"""
+from __future__ import annotations
+import ctypes, hashlib, os, pathlib, time
+from typing import Callable
+import numpy as np
+from tinygrad import Context, Device, Tensor, TinyJit, UOp, Variable, dtypes
+from tinygrad.helpers import diskcache_get, diskcache_put
+from tinygrad.uop.ops import Ops
+from gpt2 import GPT2, MAX_ROWS
+
+# A call of 2 or more tokens runs in steps of `rows` rows (K+1 in speculative sampling), the last one padded
+# with rows whose results are dropped: every call of up to `rows` tokens replays one step.
+PREFILL_ROWS = 8  # the rows per step when the caller names none
+
+def width(rows: int, searched: bool) -> int:
+  """The rows a pass of `rows` tokens runs at, the layout of every compiled step and round. tinygrad's default
+  kernels read a weight once for all rows only when 3 or 4 divides them, else once per row, so a pass of 3 or
+  more rows runs padded to the next such number (5 rows to 6, 7 to 8). Timed alone on this project's 2-core
+  CPU (BEAM=0): gpt2's 5 rows 344 ms unpadded, 207 ms padded to 6, 283 ms to 8; the demo target's 68.6, 50.7
+  and 71.1 ms. 1 and 2 rows run as they are (the demo pair's 2 rows padded to 4: 8 to 13 % slower). A searched
+  kernel picks its own layout for the real rows: no padding."""
+  if searched or rows <= 2:
+    return rows
+  return next(w for w in range(rows, MAX_ROWS + 1) if w % 3 == 0 or w % 4 == 0)
+
+# ***** the kernel search *****
+
+# BEAM times candidate layouts of each kernel and keeps the fastest (2 to 3 times faster than the default
+# kernels on a CPU), but takes minutes per call. So no call searches: a call compiles with default kernels
+# until Compiled.search has searched it on this machine (kept in ~/.cache/tinygrad). BEAM=0: no search;
+# BEAM=N: N candidates kept at each stage of the search, by default 4 on a GPU (an H100's gpt2-xl step of 5 rows
+# then cost 1.41 times one row, against 1.78 at 2, for 134 s of search instead of 74) and 2 where the kernels run
+# on this machine's CPU, whose searches are slower.
+SEARCH = int(os.environ["BEAM"]) if "BEAM" in os.environ else None
+
+def on_host_cpu(device: str) -> bool:
+  """Whether the device's kernels run on this machine's CPU: tinygrad's CPU device, or an OpenCL driver for the
+  CPU (pocl), told apart from an OpenCL GPU by the device type that OpenCL reports, not by a name."""
+  if device.split(":")[0] != "CL":
+    return device.split(":")[0] == "CPU"
+  from tinygrad.runtime.autogen import opencl as cl
+  kind = ctypes.c_uint64()
+  cl.clGetDeviceInfo(Device[device].cl_dev, cl.CL_DEVICE_TYPE, ctypes.sizeof(kind), ctypes.byref(kind), None)
+  return bool(kind.value & cl.CL_DEVICE_TYPE_CPU)
+
+def search_width(device: str) -> int:
+  """How wide a search of the kernels is on the device: BEAM if set, else as above; 0 on DEV=NULL, which runs
+  no kernel to time."""
+  return 0 if device == "NULL" else SEARCH if SEARCH is not None else 2 if on_host_cpu(device) else 4
+
+# what a call's kernels depend on besides its shape: the model, the sampling heads and this file
+SOURCE = hashlib.sha256(b"".join((pathlib.Path(__file__).parent / f).read_bytes()
+                                 for f in ("gpt2.py", "sampling.py", "compiled.py"))).hexdigest()[:16]
+
+# ***** compiled calls *****
+
+def read(out: Tensor, into: np.ndarray) -> np.ndarray:
+  """Copy a compiled call's result out of the device's own buffer into the host array `into`, and return it.
+
+  The copy goes straight from the device's buffer, on every device: not by .to("CPU"), as opening tinygrad's
+  CPU device compiles with clang, which a GPU machine may lack; and not by Buffer.as_memoryview() or .numpy(),
+  which in tinygrad 0.14 copy through a fresh host buffer each time (0.28 ms a call on DEV=NULL, against
+  0.05 ms for this copy into an array allocated once)."""
+  buf = out.uop.buffer
+  buf.allocator._copyout(memoryview(into).cast("B"), buf._buf)
+  return into
+
+def symbolic_ids(ids: tuple[UOp, ...]) -> Tensor:
+  """Token ids given as Variables, as the int32 Tensor that forward takes: numbers bound at each call."""
+  return Tensor.cat(*[Tensor.full((1,), i, dtype=dtypes.int32) for i in ids])
+
+class Compiled:
+  """A function of Variables compiled by TinyJit (its first two calls run, then capture it); every later call
+  replays its kernels. build(searched) gives the function and its Variables. Its kernels are tinygrad's default
+  ones until search() has searched them on this machine, which is remembered on disk under its signature, so
+  that later processes compile them searched at once. width: how wide a search is (0: none)."""
+  def __init__(self, name: str, signature: str, width: int,
+               build: Callable[[bool], tuple[Callable[..., Tensor], list[UOp]]]):
+    self.name, self.signature, self.width, self.build = name, signature, width, build
+    self.searched = bool(width) and bool(diskcache_get("tinyspec_searched", signature))
+    self.jit, self.variables = self.compile()
+    self.host: np.ndarray | None = None  # the result's host array, for to_host
+
+  def compile(self) -> tuple[TinyJit, list[UOp]]:
+    fn, variables = self.build(self.searched)
+    return TinyJit(fn), variables
+
+  def __call__(self, *values: int) -> Tensor:
+    """Run or replay it with its Variables bound to values (missing ones 0): its result, on the device."""
+    values = (*values, *[0] * (len(self.variables) - len(values)))
+    with Context(BEAM=self.width if self.searched and self.jit.cnt < 2 else 0):  # searched: from the cache
+      return self.jit(*(v.bind(int(n)) for v, n in zip(self.variables, values)))
+
+  def to_host(self, out: Tensor) -> np.ndarray:
+    """Its result copied into its host array (allocated once, overwritten by the next to_host)."""
+    if self.host is None:
+      self.host = np.zeros(out.shape, out.dtype.fmt)  # zeros: DEV=NULL copies nothing in
+    return read(out, self.host)
+
+  def kernel_names(self) -> set[str]:
+    """The names of the kernels its replay launches, each once: about the kernels a search of it times (a
+    layer's kernels repeat in every layer, under one name, and are searched once)."""
+    linear = self.jit.captured.linear.toposort() if self.jit.captured is not None else []
+    return {u.arg.name for u in linear if u.op is Ops.PROGRAM}
+
+  def search(self) -> None:
+    """Search its fastest kernels with tinygrad's BEAM (minutes), recompile with them, and remember that."""
+    self.searched = True
+    self.jit, self.variables = self.compile()
+    with Context(BEAM=self.width):
+      for _ in range(2):  # run, then capture: both compile
+        self()
+    diskcache_put("tinyspec_searched", self.signature, True)
+
+# ***** a model's compiled calls *****
+
+Head = Callable[[Tensor], Tensor]  # maps a step's (rows, vocab) logits to its result, e.g. sampling.Sampling
+
+def kept(model: GPT2, key: tuple, make: Callable[[], Compiled]) -> Compiled:
+  """The compiled call under key among the model's, made on first use (its models prepared first): every run
+  with the same models and settings replays it, and it goes when the model goes."""
+  if key not in model.calls:
+    prepare(model)
+    model.calls[key] = make()
+  return model.calls[key]
+
+def prepare(model: GPT2) -> None:
+  """The model's KV caches and packed norms (GPT2.prepare), the norms written out on tinygrad's CPU device."""
+  model.prepare(write_norms=model.wte.weight.device == "CPU")
+
+def searching(model: GPT2) -> int:
+  """How wide a search of the model's compiled calls is (search_width of its device; 0: none)."""
+  return search_width(model.wte.weight.device)
+
+def signature(model: GPT2) -> str:
+  """What the model's compiled calls' kernels depend on besides their shape."""
+  w = model.wte.weight
+  return f"{model.config}|{w.dtype}|{w.device}|BEAM={searching(model)}|{SOURCE}"
+
+def forward_rows(model: GPT2, ids: Tensor, start_pos: int | UOp, head: Head | None, searched: bool) -> Tensor:
+  """head(logits) after each of the T token ids at start_pos.., run at width(T, searched) rows: what every
+  compiled step and round runs, so that a step timed alone launches the kernels a round launches. Its result
+  has all the rows, realized as one buffer: slicing the padding away before then could shrink the matmuls
+  back to T rows, another layout. The padding rows (token 0) come after the real ones, so that causal
+  attention keeps them out of the real rows; their keys and values land at start_pos+T.., past every real
+  position, where the next call writes before it reads (also at K = 63 with the prompt two tokens before
+  the context's end: the cache's MAX_ROWS - 1 spare positions hold them)."""
+  T = ids.shape[0]
+  logits = model.forward(ids.pad(((0, width(T, searched) - T),)), start_pos)
+  return (logits if head is None else head(logits)).contiguous()
+
+def step(model: GPT2, rows: int, head: Head | None) -> Compiled:
+  """The compiled call on `rows` tokens: Variables start_pos and one id per row, result head(logits) for
+  width(rows) rows (forward_rows; those past the tokens given are padding)."""
+  def build(searched: bool) -> tuple[Callable[..., Tensor], list[UOp]]:
+    def run(start_pos: UOp, *ids: UOp) -> Tensor:
+      return forward_rows(model, symbolic_ids(ids), start_pos, head, searched)  # stays on the device: see read
+    variables = [Variable("start_pos", 0, model.config.n_ctx - 1)]
+    return run, variables + [Variable(f"id{t}", 0, model.config.vocab_size - 1) for t in range(rows)]
+  name, sig = f"{model.config.n_layer} layers, {rows} rows", f"{signature(model)}|rows={rows}|{head!r}"
+  return kept(model, ("step", rows, head), lambda: Compiled(name, sig, searching(model), build))
+
+def logits(model: GPT2, ids: list[int], start_pos: int, last: int | None = None, head: Head | None = None,
+           rows: int = PREFILL_ROWS) -> np.ndarray:
+  """Next-token logits (last, vocab), NumPy float32, after the last `last` (default: all) of ids, fed at
+  positions start_pos.., writing them into the KV cache; with head, head(logits) instead. One token runs as
+  a one-row step, more in steps of `rows` (the last one padded): each replays one compiled step."""
+  cfg, T = model.config, len(ids)
+  last = T if last is None else last
+  if not (0 <= start_pos and start_pos + T <= cfg.n_ctx):
+    raise ValueError(f"positions {start_pos}..{start_pos + T - 1} fall outside the context of {cfg.n_ctx}")
+  if not all(0 <= i < cfg.vocab_size for i in ids):
+    raise ValueError(f"token ids must be in 0..{cfg.vocab_size - 1}")
+  if not 1 <= last <= T:
+    raise ValueError(f"last is {last}: it must be in 1..{T}, the number of tokens")
+  if not 1 <= rows <= MAX_ROWS:
+    raise ValueError(f"rows is {rows}: it must be in 1..{MAX_ROWS}")
+  rows, out = 1 if T == 1 else rows, []
+  call = step(model, rows, head)
+  for b in range(0, T, rows):
+    block = ids[b:b + rows]
+    result = call(start_pos + b, *block)
+    if b + len(block) > T - last:  # it holds some of the last `last` tokens: copy their rows out of the
+      host = call.to_host(result)                      # step's host array, which its next read overwrites
+      out.append(host[max(T - last - b, 0):len(block)].copy())
+  return out[0] if len(out) == 1 else np.concatenate(out)
+
+def calls(*models: GPT2) -> list[Compiled]:
+  """Every compiled call these models have made: their steps and the rounds they are the target of."""
+  return [c for m in models for c in m.calls.values()]
+
+def time_step(model: GPT2, rows: int, head: Head | None, reps: int = 5) -> float:
+  """Seconds of one compiled step of `rows` rows alone (median of reps replays, compiled first, waiting for
+  the device): what c and t(K+1)/t(1) are computed from, since a fused round cannot time its parts."""
+  call, times = step(model, rows, head), []
+  for _ in range(reps + 2):  # the first two compile and capture
+    begin = time.perf_counter()
+    call(0, *[0] * rows)
+    Device[model.wte.weight.device].synchronize()
+    times.append(time.perf_counter() - begin)
+  return float(np.median(times[2:]))
