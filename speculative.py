@@ -255,12 +255,12 @@ class ModelDraft:
     self.model, self.models = model, [model]
 
   def prefill(self, x: list[int], sampling: Sampling, rows: int) -> None:
+    prepare(self.model)  # its caches, before the rounds point at them (once a run, not once a round)
     prefill(self.model, x[:-2], sampling, rows)  # each round feeds it x_{n-1} and x_n: the prompt before them
 
   def round(self, target: GPT2, x: list[int], K: int, k: int, sampling: Sampling) -> Round:
     n, draft = len(x), self.model
     fed = max(n - 2, 0)  # the draft re-feeds x_{n-1} and x_n from there (x_1 twice when n = 1)
-    prepare(draft)
     call = kept(target, (model_round, draft, K, sampling), lambda: model_round(target, draft, K, sampling))
     return call, [fed, n - 1 - fed, x[fed], x[-1], k], k
 
