@@ -31,7 +31,8 @@ from tinygrad.nn.state import get_parameters
 from compiled import Compiled, calls, searching, step, time_step
 from gpt2 import GPT2
 from sampling import Sampling
-from session import check, load_draft, load_target, main, options, search_kernels, warm_up, warm_up_baseline
+from session import check, load_draft, load_target, main, options, search_kernels, time_parts, warm_up
+from session import warm_up_baseline
 from speculative import Draft, Stats, autoregressive_sample, expected_tokens_per_loop
 from speculative import choose_draft, predicted_speedup, speculative_sample
 from weights import LoadError, checkpoint_dir, load_tokenizer, save_model
@@ -108,6 +109,10 @@ def run_pairs(target: GPT2, draft: Draft, prompts: list[list[int]], n_tokens: in
   warm_up(target, draft, prompts[0], K, sampling, 0)
   warm_up_baseline(target, prompts[0], K, sampling, 0)
   if search:
+    # the steps that the round's parts are timed on are compiled first, so that they are searched too: else
+    # the round would run searched kernels and its parts default ones
+    time_parts(target, draft, K, sampling, Stats())
+    time_step(target, 1, sampling)
     search_kernels(calls(target, *draft.models), math.inf)  # asked for: searched to the end
   t_target, t_one = time_step(target, K + 1, sampling), time_step(target, 1, sampling)
   runs = []

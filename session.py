@@ -215,9 +215,11 @@ def search_kernels(todo: list[Compiled], minutes: float = SEARCH_MINUTES) -> Non
     return
   expected = SEARCH_SECONDS_PER_KERNEL * len(set().union(*(c.kernel_names() for c in todo))) / 60
   runs = math.ceil(expected / minutes)
+  bound = "to the end" if math.isinf(minutes) else \
+          f"at most {minutes:.0f} min a run: about {runs} run{'s' * (runs > 1)}"
   print(f"\nsearching the fastest kernels for later runs: {len(todo)} compiled calls, once on this machine, "
-        f"about {expected:.0f} min in all (at most {minutes:.0f} min a run: about {runs} run{'s' * (runs > 1)}; "
-        "Ctrl-C stops it and the next run goes on from there; BEAM=0 skips it)", file=sys.stderr)
+        f"about {expected:.0f} min in all ({bound}; Ctrl-C stops it and the next run goes on from there; BEAM=0 "
+        "skips it)", file=sys.stderr)
   current, done = [""], []
   try:
     with heartbeat(lambda: f"searching {current[0]}"), deadline(60 * minutes) as expired:

@@ -79,6 +79,20 @@ def test_bench_never_searches_unless_asked(tmp_path):
   tables = sqlite3.connect(tmp_path / "cache.db").execute("SELECT name FROM sqlite_master").fetchall()
   assert not [t for t, in tables if t.startswith("beam_search")]
 
+def test_search_covers_the_steps_that_the_round_is_timed_against(tmp_path):
+  """--search searches every compiled call before timing, the steps that a round's parts are timed on included
+  (the draft's 2-row and 1-row steps, the target's K+1 rows and 1 row): else the round would run searched
+  kernels and its parts default ones, and round/parts and c would compare the two. The kernels line says
+  "searched" only when no compiled call is left with default kernels."""
+  shape = dict(n_layer=1, n_head=2, n_embd=16, vocab_size=64, n_ctx=64)
+  target = write_checkpoint(tmp_path / "target", seed=1, **shape)
+  draft = write_checkpoint(tmp_path / "draft", seed=2, **shape)
+  out = run_script("bench.py", "--target", str(target), "--draft", str(draft), "-K", "2", "--max-new-tokens", "4",
+                   "--prompts", "1", "--bandwidth", "10", "--search", "--out", str(tmp_path / "out"),
+                   env={"BEAM": "1", "CACHEDB": str(tmp_path / "cache.db")})
+  assert out.returncode == 0, out.stderr
+  assert "kernels: searched (tinygrad's BEAM search, cached on this machine)" in out.stdout, out.stdout[-1500:]
+
 def test_scoring_on_null_reports_host_work_and_no_arithmetic_rate():
   # DEV=NULL runs no kernel: a GFLOP/s figure there would be a fiction, and the floor needs a given bandwidth
   out = run_script("bench.py", "--random", "--target", "1,2,16", "--scoring", "--bandwidth", "100",
