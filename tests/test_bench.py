@@ -2,7 +2,7 @@
 
 The tests check what is printed and written, never a timing value: the machine running them may be busy.
 """
-import json, re, sqlite3, subprocess
+import json, pathlib, re, sqlite3, subprocess
 import pytest
 from tiny import TOKENIZER_DIR, run_script, write_checkpoint
 
@@ -16,11 +16,14 @@ def table_rows(stdout: str) -> list[list[str]]:
   end = next((i for i in range(start, len(lines)) if not lines[i].strip()), len(lines))
   return [line.split() for line in lines[start:end]]
 
+def tiny_pair(folder: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path]:
+  """A target and a draft checkpoint of one tiny shape (1 layer, 16 wide, 64 tokens), different weights."""
+  shape = dict(n_layer=1, n_head=2, n_embd=16, vocab_size=64, n_ctx=64)
+  return write_checkpoint(folder / "target", seed=1, **shape), write_checkpoint(folder / "draft", seed=2, **shape)
+
 def test_sweep_prints_the_table_and_writes_plots_and_json(tmp_path):
   pytest.importorskip("matplotlib", reason="--sweep draws with matplotlib: see requirements-dev.txt")
-  shape = dict(n_layer=1, n_head=2, n_embd=16, vocab_size=64, n_ctx=64)
-  target = write_checkpoint(tmp_path / "target", seed=1, **shape)
-  draft = write_checkpoint(tmp_path / "draft", seed=2, **shape)
+  target, draft = tiny_pair(tmp_path)
   out = bench("--target", str(target), "--draft", str(draft), "--sweep", "1,2", "--max-new-tokens", "6",
               "--prompts", "2", "--bandwidth", "10", "--out", str(tmp_path / "out"))
   assert out.returncode == 0, out.stderr
@@ -84,9 +87,7 @@ def test_search_covers_the_steps_that_the_round_is_timed_against(tmp_path):
   (the draft's 2-row and 1-row steps, the target's K+1 rows and 1 row): else the round would run searched
   kernels and its parts default ones, and round/parts and c would compare the two. The kernels line says
   "searched" only when no compiled call is left with default kernels."""
-  shape = dict(n_layer=1, n_head=2, n_embd=16, vocab_size=64, n_ctx=64)
-  target = write_checkpoint(tmp_path / "target", seed=1, **shape)
-  draft = write_checkpoint(tmp_path / "draft", seed=2, **shape)
+  target, draft = tiny_pair(tmp_path)
   out = run_script("bench.py", "--target", str(target), "--draft", str(draft), "-K", "2", "--max-new-tokens", "4",
                    "--prompts", "1", "--bandwidth", "10", "--search", "--out", str(tmp_path / "out"),
                    env={"BEAM": "1", "CACHEDB": str(tmp_path / "cache.db")})
