@@ -11,27 +11,26 @@ them (DOCS; --docs takes a CPython checkout's Doc/ instead), turned into prose (
 the text Sphinx shows, API directives to their signature and description, notes and version notes in Sphinx's
 words, each paragraph on one line; code, tables and the index left out. The trees that go in are TREES (the
 tutorial, the references, the HOWTOs, the FAQ, ...; not the changelogs or the C API), and about one file in 10
-is held out whole (held_out, DOCS_HELD_OUT). The pair shipped in demo/ now was trained on an earlier corpus,
-pydoc_data.topics ("topics", unwrapped: unwrap; its recipes are SHIPPED), which --corpus topics still gives.
+is held out whole (held_out, DOCS_HELD_OUT).
 
 The models keep GPT-2's tokenizer and all its 50257 tokens, but train on the 11,041 that the training files use
-at least MIN_COUNT times (an output layer 4.5 times narrower, so about that much cheaper here) and one row, OTHER, that
+at least MIN_COUNT times (an output layer 4.5 times narrower, so about that much cheaper) and one row, OTHER, that
 every other token shares as input and that is never a target; exported, all the others get that row, which keeps
-their total probability below 1e-6 (see expand). Each model is early stopped and then temperature-scaled on the
-held-out files (calibrate). --unlikelihood N then fine-tunes it against the loops of greedy text (finetune), and
---average keeps a moving average of the weights (follow) (docs/demo.md).
+their total probability below 1e-6 (see expand). Each model keeps a moving average of its weights (follow), is
+early stopped on the held-out files and then temperature-scaled on them (calibrate). SIZES are the recipes that
+made the pair in demo/.
 
 The training loop runs in PyTorch, on Hugging Face's own GPT2LMHeadModel (requirements-hf.txt), on a GPU when
-torch has one and on one CPU core otherwise: a core trains these shapes 8 to 17 times faster than tinygrad 0.14's
-default kernels (docs/demo.md has the figures), and a model trained to convergence takes hours with tinygrad.
-Everything after training is this project's own code: the weights are exported through gpt2.py's GPT2 and
-weights.save_model, and --eval scores the shipped float16 files with gpt2.py. A run that is cut short resumes
-from its last evaluation (--checkpoints); --fresh starts over.
+torch has one and on one CPU core otherwise: a core trains these shapes 8 to 17 times faster than tinygrad
+0.14's default kernels (docs/demo.md has the figures). Everything after training is this project's own code:
+the weights are exported through gpt2.py's GPT2 and weights.save_model, and --eval scores the shipped float16
+files with gpt2.py. A run that is cut short resumes from its last evaluation (--checkpoints); --fresh starts
+over.
 """
 from __future__ import annotations
-import argparse, functools, hashlib, json, math, pathlib, re, sys, textwrap, time, zlib
+import argparse, functools, hashlib, json, math, pathlib, re, sys, time, zlib
 from collections import Counter
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, replace
 import numpy as np
 from tinygrad import Context, Tensor, TinyJit, dtypes
 from tinygrad.nn.state import get_state_dict, load_state_dict
@@ -41,7 +40,6 @@ from weights import hf_to_tinyspec, load_tokenizer, save_model
 
 ROOT = pathlib.Path(__file__).resolve().parent
 OFF = 1000.0  # every token the corpus never uses gets the logit -OFF: see expand
-WIDTH = 70    # the column at which the docs (Sphinx's text builder) wrap their paragraphs
 
 @dataclass(frozen=True)
 class Recipe:
@@ -54,28 +52,18 @@ class Recipe:
   warmup: int = 100
   eval_every: int = 100
   patience: int = 4     # stop after this many evaluations without a better validation loss
-  smoothing: float = 0.0  # label smoothing: the training targets put this much mass evenly on every token
-  unlikelihood: int = 0   # then this many steps of sequence-level unlikelihood fine-tuning (see finetune)
-  unlikelihood_lr: float = 3e-4  # its peak learning rate
-  cross_entropy_every: int = 2   # every this many of its steps is training's cross-entropy, the others unlikelihood
-  unlikelihood_share: float = 1.0  # the final weights: this share of the way from the early-stopped to the fine-tuned
-  continuations: int = 8  # greedy continuations written and checked for loops at each unlikelihood step
-  average: float = 0.0  # in both phases, evaluate and keep a moving average of the weights with this decay (0: none)
-  corpus: str = "docs"  # the text: "docs", the documentation's sources; "topics", pydoc_data's (the shipped pair's)
+  average: float = 0.0  # evaluate and keep a moving average of the weights with this decay (0: none)
+  unlikelihood: int = 0   # then this many steps of unlikelihood fine-tuning against greedy loops (see finetune)
+  unlikelihood_lr: float = 4e-4  # its peak learning rate
+  continuations: int = 32  # greedy continuations written and checked for loops at each unlikelihood step
+  token_unlikelihood: float = 1.0  # the weight of token-level unlikelihood on the fine-tune's cross-entropy steps
 
-SIZES = {  # the recipes of the pair trained on the documentation's sources (docs/demo.md)
-  "target": Recipe(GPT2Config(n_layer=6, n_head=4, n_embd=256, n_ctx=256), 4000, 1e-3, 0.1, 0.1, warmup=200,
-                   eval_every=250, average=0.99),
+SIZES = {  # the recipes of the pair shipped in demo/ (docs/demo.md)
+  "target": Recipe(GPT2Config(n_layer=6, n_head=4, n_embd=256, n_ctx=256), 8000, 1e-3, 0.1, 0.1, warmup=200,
+                   eval_every=250, average=0.99, unlikelihood=2000),
   "draft":  Recipe(GPT2Config(n_layer=2, n_head=2, n_embd=64, n_ctx=256), 6000, 3e-3, 0.0, 0.1, warmup=200,
                    eval_every=250, average=0.99),
 }
-SHIPPED = {  # the recipes of the pair shipped in demo/, trained on pydoc_data.topics
-  "target": Recipe(GPT2Config(n_layer=4, n_head=4, n_embd=256, n_ctx=256), 1200, 1e-3, 0.1, 0.1, smoothing=0.02,
-                   corpus="topics"),
-  "draft":  Recipe(GPT2Config(n_layer=1, n_head=2, n_embd=64, n_ctx=256), 1200, 2e-3, 0.1, 0.1, smoothing=0.02,
-                   corpus="topics"),
-}
-
 # --- the corpus: Python's documentation, from its reStructuredText sources ---
 
 DOCS = pathlib.Path("/usr/share/doc/python3.11/html/_sources")  # where Debian's python3.11-doc puts them
@@ -358,72 +346,12 @@ def docs_split(docs: pathlib.Path = DOCS) -> tuple[dict[str, str], dict[str, str
   texts = {name: rst_text(source, labels) for name, source in sources.items() if name.startswith(TREES)}
   return ({n: t for n, t in texts.items() if not held_out(n)}, {n: t for n, t in texts.items() if held_out(n)})
 
-# --- the corpus of the shipped pair: pydoc_data.topics ---
-
-BULLET = re.compile(r"(\*|-|\d+\.|\(\d+\)|#\.) ")  # a list item's marker: its text is indented past it
-RULE = re.compile(r"([*=\-~^#])\1+")                 # a heading's underline
-SPACES = re.compile(r"(?<=[.?!:;)\"])  (?=[A-Z\"(*])")  # the docs' two spaces between sentences
-
-def unwrap(text: str) -> str:
-  """The docs' text with each wrapped paragraph on one line: line breaks stay only between paragraphs, and
-  where a line is not a wrapped continuation. A line joins the one before it when both are in the same
-  paragraph at the same text indentation and the wrapper must have broken there (the previous line plus a space
-  plus the next line's first word would pass column 70). Paragraphs with a grammar production (::=), an
-  interactive session (>>>) or a table stay exactly as they are; so does other code, whose short lines never
-  fill the column, and headings. Elsewhere the two spaces the docs put after a sentence become one.
-
-  Two changes of layout, not of text, keep greedy text out of whitespace (docs/demo.md has the figures). The
-  blank lines go: paragraphs are separated by one line break, as the lines of code and lists are (GPT-2's
-  tokenizer makes a blank line before text two "\n" tokens, and a model must then learn that a third never
-  follows two; ours did not, and wrote blank lines). And each paragraph loses the margin the docs indent it by
-  when it is nested in another (a code block in an example, a method's description): its lines keep their
-  indentation relative to each other, so code keeps its own. GPT-2's tokenizer makes every space of a margin a
-  token, so with margins kept half of all line breaks are followed by a space, the likeliest next token after
-  a line break, and greedy text went on with spaces."""
-  indent = lambda line: len(line) - len(line.lstrip(" "))
-  def text_indent(line: str) -> int:
-    m = BULLET.match(line.lstrip(" "))
-    return indent(line) + (len(m.group()) if m else 0)
-  out = []
-  for para in text.split("\n\n"):
-    lines = para.split("\n")
-    if any("::=" in l or l.lstrip().startswith((">>>", "...", "+-", "+=", "|")) for l in lines):
-      out.append(textwrap.dedent(para))
-      continue
-    joined, prev, at = [lines[0]], lines[0], text_indent(lines[0])  # at: where the paragraph's text starts
-    for line in lines[1:]:
-      if prev.strip() and line.strip() and indent(line) == at and not RULE.fullmatch(line.strip()):
-        word = line.split()[0]
-        hyphen = re.search(r"[A-Za-z]-$", prev)  # "left-" + "hand": the wrapper breaks after a word's hyphen
-        first = re.match(r"[A-Za-z]+-(?=[A-Za-z])", word)  # the piece of the next word the wrapper could move
-        if len(prev) + (0 if hyphen else 1) + len(first.group() if first else word) > WIDTH:
-          joined[-1] += ("" if hyphen else " ") + line.strip()
-          prev = line
-          continue
-      joined.append(line)
-      prev, at = line, text_indent(line)
-    out.append(textwrap.dedent(SPACES.sub(" ", "\n".join(joined))))
-  # one line break between paragraphs, no blank lines (see the docstring), none at the ends
-  return re.sub(r"\n(?:[ \t]*\n)+", "\n", re.sub(r"[ \t]+\n", "\n", "\n\n".join(out))).strip("\n")
-
-def topics_split() -> tuple[list[str], list[str]]:
-  """The unwrapped topics of pydoc_data, sorted by name: every 10th held out whole for validation."""
-  from pydoc_data.topics import topics
-  names = sorted(topics)
-  return ([unwrap(topics[n]) for i, n in enumerate(names) if i % 10], [unwrap(topics[n]) for n in names[::10]])
-
-def corpus(enc, name: str = "docs", docs: pathlib.Path = DOCS) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-  """The training and validation token streams (files joined by a line break) and the sorted token ids that
-  the pair may emit. "docs": the documentation's sources (docs_split), and the tokens that the training files
-  use at least MIN_COUNT times; every other token is the pair's OTHER (see emit_index). "topics": pydoc_data's
-  topics (topics_split), on which the shipped pair was trained, and every token either stream uses."""
-  if name == "topics":
-    train, val = topics_split()
-  else:
-    train, val = (list(texts.values()) for texts in docs_split(pathlib.Path(docs)))
+def corpus(enc, docs: pathlib.Path = DOCS) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """The training and held-out token streams (the files of docs_split, joined by a line break) and the sorted
+  token ids that the pair may emit: those the training files use at least MIN_COUNT times; every other token is
+  the pair's OTHER (see emit_index)."""
+  train, val = (list(texts.values()) for texts in docs_split(pathlib.Path(docs)))
   train_ids, val_ids = (np.array(enc.encode("\n".join(t)), dtype=np.int32) for t in (train, val))
-  if name == "topics":
-    return train_ids, val_ids, np.unique(np.concatenate([train_ids, val_ids]))
   ids, counts = np.unique(train_ids, return_counts=True)
   return train_ids, val_ids, ids[counts >= MIN_COUNT]
 
@@ -493,7 +421,7 @@ def sentence_faults(text: str, words: set[str]) -> list[str]:
   return faults
 
 def openings(val_text: str, n: int) -> list[str]:
-  """n sentence openings (a capital word and five lower-case words) drawn (seed 1) from the held-out topics' text:
+  """n sentence openings (a capital word and five lower-case words) drawn (seed 1) from the held-out files' text:
   docs-style prompts that the training text cannot hold verbatim and that nobody chose by hand."""
   found = list(dict.fromkeys(re.findall(r"(?:^|(?<=\. ))([A-Z][a-z]+(?: [a-z]+){5})", val_text, re.M)))
   return [found[i] for i in sorted(np.random.default_rng(1).choice(len(found), n, replace=False))]
@@ -629,15 +557,24 @@ def optimizer(hf, lr: float, weight_decay: float):
   return torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}],
                            lr=lr, betas=(0.9, 0.95))
 
-def cross_entropy(hf, tokens: np.ndarray, seed: int, step: int, r: Recipe):
-  """Training's loss on batch `step`: the next-token cross-entropy, label-smoothed; targets that are OTHER (the
-  model's last token: see emit_index) left out."""
+def cross_entropy(hf, tokens: np.ndarray, seed: int, step: int, r: Recipe, alpha: float = 0.0):
+  """Training's loss on batch `step`: the next-token cross-entropy; targets that are OTHER (the model's last
+  token: see emit_index) left out. With alpha, plus alpha times token-level unlikelihood (Welleck et al. 2020,
+  section 4): at each position, every token that the window already held, but the target, is pushed down by
+  -log(1 - p(token)), summed over those tokens and averaged over positions."""
   import torch
   x, y = batch(tokens, seed, step, r.batch, r.shape.n_ctx)
-  logits = hf(on(hf, x)).logits
-  return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
-                                           on(hf, y).reshape(-1),
-                                           ignore_index=logits.shape[-1] - 1, label_smoothing=r.smoothing)
+  x, y = on(hf, x), on(hf, y)
+  logits = hf(x).logits
+  loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1),
+                                           ignore_index=logits.shape[-1] - 1)
+  if not alpha:
+    return loss
+  seen = torch.zeros_like(logits).scatter_(2, x[:, :, None], 1.0).cummax(1).values  # x[:, :t + 1] held the token
+  seen = seen.scatter_(2, y[:, :, None], 0.0)
+  seen[..., -1] = 0.0  # OTHER: never a candidate
+  p = logits.float().softmax(-1)
+  return loss - alpha * (torch.log((1 - p).clamp(min=1e-5)) * seen).sum() / y.numel()
 
 def repeats(seq: list[int], start: int, n: int = 4) -> np.ndarray:
   """True at every token of seq[start:] that lies in an n-gram which seq[start:] already held: a loop's tokens."""
@@ -649,10 +586,33 @@ def repeats(seq: list[int], start: int, n: int = 4) -> np.ndarray:
     seen.add(gram)
   return loop
 
-def greedy_loops(hf, tokens: np.ndarray, rng: np.random.Generator, B: int = 8, new: int = 64):
+WORD_BYTES = re.compile(rb"[A-Za-z]+")  # WORD, over bytes
+
+def written(enc, train_ids: np.ndarray, used: np.ndarray) -> tuple[list[bytes], set[bytes]]:
+  """What strays reads: each of the pair's tokens as bytes (token used[i] is its i; OTHER: none), and the words
+  of the training text (GPT-2's ids)."""
+  pieces = [enc.decode_single_token_bytes(int(i)) for i in used] + [b""]
+  return pieces, set(WORD_BYTES.findall(enc.decode_bytes(train_ids.tolist())))
+
+def strays(seq: list[int], start: int, pieces: list[bytes], words: set[bytes]) -> np.ndarray:
+  """True at every token of seq[start:] that lies in a word (a run of letters) the training text never uses: the
+  junk glued from sub-word tokens ("kindscyitations") that pushing down loops alone leaves. The text's last word
+  may be cut off, and is left alone."""
+  text = b"".join(pieces[t] for t in seq)
+  ends = np.cumsum([len(pieces[t]) for t in seq])
+  junk = np.zeros(len(seq), bool)
+  for m in WORD_BYTES.finditer(text):
+    if m.end() < len(text) and m.group() not in words:
+      first, last = (int(np.searchsorted(ends, b, side="right")) for b in (m.start(), m.end() - 1))
+      junk[max(first, start):last + 1] = True
+  return junk
+
+def greedy_loops(hf, tokens: np.ndarray, rng: np.random.Generator, B: int, vocab: tuple[list[bytes], set[bytes]],
+                 new: int = 64):
   """The model's greedy continuations (`new` tokens, as it writes them: no dropout) of B prefixes of the training
-  text, 4 to 32 tokens long, and where they loop: the (B, P + new) tokens, and (B, new) True at every token of a
-  continuation that lies in a 4-gram the continuation already held (repeats)."""
+  text, 4 to 32 tokens long, and where they go wrong: the (B, P + new) tokens, and (B, new) True at every token of
+  a continuation that lies in a 4-gram the continuation already held (repeats) or in a word the training text
+  never uses (strays, with vocab from written)."""
   import torch
   P = int(rng.integers(4, 33))
   prefix = on(hf, np.stack([tokens[s:s + P] for s in rng.integers(0, len(tokens) - P, B)]))
@@ -661,7 +621,8 @@ def greedy_loops(hf, tokens: np.ndarray, rng: np.random.Generator, B: int = 8, n
     seq = hf.generate(prefix, attention_mask=torch.ones_like(prefix), max_new_tokens=new, do_sample=False,
                       pad_token_id=0)
   hf.train()
-  return seq, torch.from_numpy(np.stack([repeats(row, P)[P:] for row in seq.tolist()])).to(hf.device)
+  bad = [repeats(row, P) | strays(row, P, *vocab) for row in seq.tolist()]
+  return seq, torch.from_numpy(np.stack([b[P:] for b in bad])).to(hf.device)
 
 def unlikelihood_loss(hf, seq, loop):
   """Sequence-level unlikelihood (Welleck et al. 2020, "Neural Text Generation with Unlikelihood Training", 5.2):
@@ -693,14 +654,17 @@ def averaged(hf, decay: float):
   import copy
   return copy.deepcopy(hf) if decay else hf
 
-def fingerprint(r: Recipe, seed: int, ignore: tuple[str, ...]) -> str:
-  """What marks a phase's saved state as its own: the seed and the recipe's fields but those it ignores."""
-  return repr({k: v for k, v in r.__dict__.items() if k not in ignore}) + f"|seed={seed}"
+FINETUNING = ("unlikelihood", "unlikelihood_lr", "continuations", "token_unlikelihood")  # what pretraining does not read
+
+def fingerprint(r: Recipe, seed: int, data: str, ignore: tuple[str, ...] = ()) -> str:
+  """What marks a phase's saved state as its own: the recipe's fields but those the phase does not read, the
+  seed and the data's hash."""
+  return repr({k: v for k, v in r.__dict__.items() if k not in ignore}) + f"|seed={seed}|data={data}"
 
 def resume(ckpt: pathlib.Path, phase: str, recipe: str, hf, opt, avg, state: dict, finished) -> dict:
   """The saved state of this phase of a run (ckpt/<phase>.json and .pt) if it was made by the same recipe, with
   the model, optimiser and averaged model loaded from it (not needed, and not read, when finished(state) says
-  the phase is over: a finished pretraining needs only its best.pt); else state, to start over."""
+  the phase is over); else state, to start over."""
   import torch
   if not (ckpt / f"{phase}.json").is_file():
     return state
@@ -727,13 +691,12 @@ def save(ckpt: pathlib.Path, phase: str, recipe: str, hf, opt, avg, state: dict)
 
 def pretrain(hf, r: Recipe, ckpt: pathlib.Path, train_ids: np.ndarray, val_ids: np.ndarray, seed: int,
              fresh: bool, data: str = "") -> None:
-  """Training proper: cross-entropy on random windows, the held-out topics scored every r.eval_every steps and
+  """Training proper: cross-entropy on random windows, the held-out files scored every r.eval_every steps and
   the best weights kept (ckpt/best.pt); stop r.patience evaluations after the best or at r.steps. With
   r.average, the weights scored and kept are the moving average's (follow). Ends with the best weights in hf."""
   import torch
   opt, avg = optimizer(hf, r.lr, r.weight_decay), averaged(hf, r.average)
-  recipe = fingerprint(r, seed, ("unlikelihood", "unlikelihood_lr", "cross_entropy_every", "unlikelihood_share",
-                                 "continuations")) + f"|data={data}"
+  recipe = fingerprint(r, seed, data, FINETUNING)
   finished = lambda st: st["step"] >= r.steps or st["step"] - st["best_step"] >= r.patience * r.eval_every
   state = {"step": 0, "best": float("inf"), "best_step": 0, "history": []}
   state = state if fresh else resume(ckpt, "state", recipe, hf, opt, avg, state, finished)
@@ -764,19 +727,20 @@ def pretrain(hf, r: Recipe, ckpt: pathlib.Path, train_ids: np.ndarray, val_ids: 
   print(f"the best: step {state['best_step']}, validation perplexity {math.exp(state['best']):.1f}", file=sys.stderr)
 
 def finetune(hf, r: Recipe, ckpt: pathlib.Path, train_ids: np.ndarray, val_ids: np.ndarray, seed: int,
-             fresh: bool, data: str = "") -> None:
-  """r.unlikelihood steps from the early-stopped weights, against the loops of greedy text ("the target is
-  evaluated once, the target is evaluated once, ..."): each step of r.cross_entropy_every that is not the last
-  pushes down the loops of the model's own greedy continuations (greedy_loops, unlikelihood_loss); the last is
-  training's cross-entropy on windows pretrain never drew, which keeps it a model of the docs (Welleck et al.
-  alternate the two). The learning rate decays along a cosine from r.unlikelihood_lr to a tenth of it. With
-  r.average, hf ends as the moving average of its weights (follow), which is also what is scored. Not part of
-  the shipped pair's recipe: docs/demo.md has what it did."""
+             fresh: bool, data: str, vocab: tuple[list[bytes], set[bytes]]) -> None:
+  """r.unlikelihood steps from the early-stopped weights against the loops of greedy text ("the function is
+  called with the same arguments as the function. The function is called ..."): every other step pushes down
+  the loops and stray words of the model's own greedy continuations (greedy_loops, unlikelihood_loss; vocab from
+  written), and the steps between are training's cross-entropy on windows pretrain never drew, which keeps it a
+  model of the docs, plus r.token_unlikelihood times token-level unlikelihood (Welleck et al. alternate the two,
+  and add the token-level term to the cross-entropy). Loops alone pushed down, a model this small falls to
+  junk words glued from sub-word tokens; the stray words and the token-level term hold that back (docs/demo.md
+  has the figures). The learning rate decays along a cosine from r.unlikelihood_lr to a tenth of it. hf ends
+  as the moving average of its weights (follow), which is also what is scored and saved (ckpt/finetune.pt)."""
   import torch
   opt, avg = optimizer(hf, r.unlikelihood_lr, r.weight_decay), averaged(hf, r.average)
-  recipe = fingerprint(r, seed, ("unlikelihood_share",)) + f"|data={data}"
+  recipe, finished = fingerprint(r, seed, data), lambda st: st["step"] >= r.unlikelihood
   state = {"step": 0, "history": []}
-  finished = lambda st: st["step"] >= r.unlikelihood
   state = state if fresh else resume(ckpt, "finetune", recipe, hf, opt, avg, state, finished)
   loops = []
   while not finished(state):
@@ -784,16 +748,16 @@ def finetune(hf, r: Recipe, ckpt: pathlib.Path, train_ids: np.ndarray, val_ids: 
     torch.manual_seed(seed * 1_000_003 + r.steps + s)
     for g in opt.param_groups:
       g["lr"] = learning_rate(s, r.unlikelihood, r.unlikelihood_lr, 0)
-    if s % r.cross_entropy_every:
-      seq, loop = greedy_loops(hf, train_ids, np.random.default_rng([seed, r.steps + s]), r.continuations)
+    if s % 2:
+      seq, loop = greedy_loops(hf, train_ids, np.random.default_rng([seed, r.steps + s]), r.continuations, vocab)
       loss = unlikelihood_loss(hf, seq, loop)
       loops.append(loop.float().mean().item())
     else:
-      loss = cross_entropy(hf, train_ids, seed, r.steps + s, r)  # batches past pretrain's last
+      loss = cross_entropy(hf, train_ids, seed, r.steps + s, r, r.token_unlikelihood)  # batches past pretrain's last
     step(hf, opt, loss)
     follow(avg, hf, r.average)
     state["step"] = s + 1
-    if state["step"] % r.eval_every == 0 or state["step"] == r.unlikelihood:
+    if state["step"] % r.eval_every == 0 or finished(state):
       val = val_loss(avg, val_ids, r.shape.n_ctx)
       state["history"].append([state["step"], round(float(np.mean(loops)), 4), round(val, 4)])
       print(f"unlikelihood step {state['step']}: {np.mean(loops):.0%} of greedy tokens in loops, validation "
@@ -802,50 +766,44 @@ def finetune(hf, r: Recipe, ckpt: pathlib.Path, train_ids: np.ndarray, val_ids: 
       save(ckpt, "finetune", recipe, hf, opt, avg, state)
   hf.load_state_dict(torch.load(ckpt / "finetune.pt", weights_only=True, map_location="cpu")["average"])
 
-def interpolate(hf, start: dict, share: float) -> None:
-  """hf's weights moved to `share` of the way from `start` to where they are: start + share x (now - start),
-  weight-space ensembling of a model and its fine-tuned self (Wortsman et al. 2022, "Robust fine-tuning of
-  zero-shot models"). In our runs part of the way kept most of what fine-tuning did for greedy text and
-  predicted held-out text as well as the early-stopped weights or better (docs/demo.md has the figures)."""
-  import torch
-  with torch.no_grad():
-    hf.load_state_dict({k: start[k] + share * (v - start[k]) if v.is_floating_point() else v
-                        for k, v in hf.state_dict().items()})
-
 @Context(BEAM=0)  # no kernel search, whatever BEAM says: only compiled.py's Compiled.search searches
 def train(name: str, r: Recipe, out: pathlib.Path, ckpt_root: pathlib.Path, seed: int, fresh: bool,
           docs: pathlib.Path = DOCS, export: bool = False) -> None:
-  """Train one model on the corpus's tokens (pretrain, then finetune if the recipe asks), calibrate it on the
-  held-out files and save it over the full vocabulary in float16. With export, no training: the best weights
-  that the run has kept so far (its best.pt, which a run under way keeps writing) are calibrated and saved, to
-  look at a run before it ends."""
+  """Train one model on the corpus's tokens (pretrain, then finetune if the recipe asks; on a GPU when torch
+  has one), calibrate it on the held-out files and save it over the full vocabulary in float16. With export, no
+  training: the weights the run has kept so far (its best.pt, or with fine-tuning its finetune.pt, which a run
+  under way keeps writing) are calibrated and saved, to look at a run before it ends."""
   import torch
   device = "cuda" if torch.cuda.is_available() else "cpu"
   if device == "cpu":
     torch.set_num_threads(1)  # one core: the other is for everything else
   enc = load_tokenizer()
-  train_ids, val_ids, used = corpus(enc, r.corpus, docs)
+  train_ids, val_ids, used = corpus(enc, docs)
   data = hashlib.sha1(train_ids.tobytes() + val_ids.tobytes() + used.tobytes()).hexdigest()[:12]
+  vocab = written(enc, train_ids, used)
   train_ids, val_ids = emit_index(train_ids, used), emit_index(val_ids, used)  # 0 .. len(used), OTHER last
   cfg, T, t0 = r.shape, r.shape.n_ctx, time.perf_counter()
   torch.manual_seed(seed)
   hf = hf_model(cfg, len(used) + 1, r.dropout).to(device)
   pin(hf)
   print(f"{name}: {cfg.n_layer} layers, {cfg.n_embd} wide; {len(train_ids):,} training and {len(val_ids):,} "
-        f"validation tokens of {r.corpus} (data {data}), {len(used):,} that it may emit; up to {r.steps} steps of "
-        f"{r.batch} x {T} tokens, then {r.unlikelihood} of unlikelihood; on {hf.device}", file=sys.stderr)
+        f"held-out tokens (data {data}), {len(used):,} that it may emit; up to {r.steps} steps of {r.batch} x {T} "
+        f"tokens, on {hf.device}", file=sys.stderr)
   ckpt = ckpt_root / f"train-{name}"
-  if export:
+  if export and r.unlikelihood and (ckpt / "finetune.pt").is_file():
+    hf.load_state_dict(torch.load(ckpt / "finetune.pt", weights_only=True, map_location="cpu")["average"])
+    saved = json.loads((ckpt / "finetune.json").read_text())
+    print(f"exporting the fine-tuned weights of {ckpt} so far: step {saved['step']} of {r.unlikelihood}",
+          file=sys.stderr)
+  elif export:
     hf.load_state_dict(torch.load(ckpt / "best.pt", weights_only=True, map_location="cpu"))
     saved = json.loads((ckpt / "state.json").read_text())
     print(f"exporting the best weights of {ckpt} so far: step {saved['best_step']} of {saved['step']}",
           file=sys.stderr)
   else:
     pretrain(hf, r, ckpt, train_ids, val_ids, seed, fresh, data)
-  if r.unlikelihood and not export:
-    start = {k: v.clone() for k, v in hf.state_dict().items()}
-    finetune(hf, r, ckpt, train_ids, val_ids, seed, fresh, data)
-    interpolate(hf, start, r.unlikelihood_share)
+    if r.unlikelihood:
+      finetune(hf, r, ckpt, train_ids, val_ids, seed, fresh, data, vocab)
   temperature = calibrate(hf, val_ids, T)
   save_model(expand(to_gpt2(hf, cfg, len(used) + 1), used), out / name, dtypes.float16)
   print(f"{name}: validation perplexity {math.exp(val_loss(hf, val_ids, T)):.1f} at temperature "
@@ -853,19 +811,18 @@ def train(name: str, r: Recipe, out: pathlib.Path, ckpt_root: pathlib.Path, seed
         file=sys.stderr)
 
 @Context(BEAM=0)  # no kernel search, whatever BEAM says: only compiled.py's Compiled.search searches
-def evaluate(folders: dict[str, pathlib.Path], prompts: int = 60, name: str = "docs",
-             docs: pathlib.Path = DOCS) -> dict[str, float]:
+def evaluate(folders: dict[str, pathlib.Path], prompts: int = 60, docs: pathlib.Path = DOCS) -> dict[str, float]:
   """Held-out perplexity of each saved model (as shipped: float16 files, through gpt2.py) and of the bigram
   baseline, over the targets the pair may emit, printed with the ratios and the held-out mass of the others;
   and how many greedy continuations of `prompts` held-out sentence openings fail the sentence check."""
   from weights import load_model
   enc = load_tokenizer()
-  train_ids, val_ids, used = corpus(enc, name, docs)
+  train_ids, val_ids, used = corpus(enc, docs)
   text = enc.decode(np.concatenate([train_ids, val_ids]).tolist())
   words, starts = set(WORD.findall(text)), openings(enc.decode(val_ids.tolist()), prompts)
   result = {"bigram": bigram_perplexity(train_ids, val_ids, used)}
   x, y = windows(val_ids, 256)
-  print(f"{name}: {len(train_ids):,} training and {len(val_ids):,} held-out tokens; {len(used):,} tokens may be "
+  print(f"docs: {len(train_ids):,} training and {len(val_ids):,} held-out tokens; {len(used):,} tokens may be "
         f"emitted; {np.mean(~np.isin(y, used)):.2%} of the held-out targets are others, left out of every score")
   print(f"  bigram: held-out perplexity {result['bigram']:7.1f}")
   for name, folder in folders.items():
@@ -883,22 +840,6 @@ def main() -> None:
   ap.add_argument("--out", default=str(ROOT / "demo"), help="where to write the models (default demo/)")
   ap.add_argument("--checkpoints", default=str(ROOT / "checkpoints"),
                   help="where to keep the training state, to resume from (default checkpoints/)")
-  ap.add_argument("--dropout", type=float, help="the recipe's dropout, for an experiment")
-  ap.add_argument("--weight-decay", type=float, help="the recipe's weight decay, for an experiment")
-  ap.add_argument("--lr", type=float, help="the recipe's peak learning rate, for an experiment")
-  ap.add_argument("--smoothing", type=float, help="the recipe's label smoothing, for an experiment")
-  ap.add_argument("--patience", type=int, help="the recipe's early stopping patience in evaluations, for an "
-                  "experiment")
-  ap.add_argument("--unlikelihood", type=int, help="the recipe's unlikelihood fine-tuning steps, for an experiment")
-  ap.add_argument("--unlikelihood-lr", type=float, help="their peak learning rate, for an experiment")
-  ap.add_argument("--cross-entropy-every", type=int, help="every this many unlikelihood steps one of "
-                  "cross-entropy, for an experiment")
-  ap.add_argument("--unlikelihood-share", type=float, help="how far toward the fine-tuned weights, for an "
-                  "experiment")
-  ap.add_argument("--continuations", type=int, help="greedy continuations at each unlikelihood step, for an "
-                  "experiment")
-  ap.add_argument("--average", type=float, help="the decay of a moving average of the weights, for an experiment")
-  ap.add_argument("--name", help="the run's name, for its checkpoints and output folder (default: the model's)")
   ap.add_argument("--seed", type=int, default=0)
   ap.add_argument("--fresh", action="store_true", help="ignore a saved training state and start over")
   ap.add_argument("--eval", action="store_true", help="score the models in --out and the bigram baseline on the "
@@ -907,19 +848,14 @@ def main() -> None:
                   "Debian's python3.11-doc; or a CPython checkout's Doc/)")
   ap.add_argument("--export", action="store_true", help="no training: calibrate and save into --out the best "
                   "weights a run (in --checkpoints) has kept so far, to look at a run under way")
-  ap.add_argument("--corpus", choices=["docs", "topics"], help="docs (the default): the documentation's sources; "
-                  "topics: pydoc_data.topics, with the recipes of the pair shipped in demo/")
   args = ap.parse_args()
   names = list(SIZES) if args.model == "both" else [args.model]
   if args.eval:
-    evaluate({n: pathlib.Path(args.out) / n for n in names}, name=args.corpus or "docs", docs=pathlib.Path(args.docs))
+    evaluate({n: pathlib.Path(args.out) / n for n in names}, docs=pathlib.Path(args.docs))
     return
-  # an option named as a Recipe field (--unlikelihood-lr: unlikelihood_lr) changes that field when given
-  change = {f.name: getattr(args, f.name) for f in fields(Recipe) if getattr(args, f.name, None) is not None}
-  recipes = SHIPPED if args.corpus == "topics" else SIZES
   for name in names:
-    r = Recipe(**{**recipes[name].__dict__, **change})
-    train(args.name or name, r, pathlib.Path(args.out), pathlib.Path(args.checkpoints), args.seed, args.fresh,
+    r = replace(SIZES[name], steps=args.steps) if args.steps else SIZES[name]
+    train(name, r, pathlib.Path(args.out), pathlib.Path(args.checkpoints), args.seed, args.fresh,
           pathlib.Path(args.docs), args.export)
 
 if __name__ == "__main__":

@@ -1,14 +1,14 @@
 """train.py: the documentation's reStructuredText turned into prose, its split by file and the vocabulary the
-pair may emit; the unwrapped pydoc_data topics (the shipped pair's corpus) and their split; the bigram baseline,
-the export through gpt2.py that keeps the tokens the pair may not emit below 1e-6 of the probability, a short
-training run that learns and resumes, and the pieces of unlikelihood fine-tuning (a loop's tokens found, and
-pushed down).
+pair may emit; the bigram baseline, the export through gpt2.py that keeps the tokens the pair may not emit
+below 1e-6 of the probability, the moving average of the weights, the pieces of unlikelihood fine-tuning (a
+loop's tokens found, and pushed down), and a short training run on a small folder of sources that learns,
+resumes and exports.
 No full training run: the shipped pair's own checks are in test_demo.py. The tests that read the documentation's
 sources skip when they are not installed (apt-get install -y python3.11-doc)."""
-import json, math, re, zlib
+import dataclasses, json, math, re, zlib
 import numpy as np, pytest
 from tinygrad import Tensor
-from tiny import TOKENIZER_DIR, run_script
+from tiny import TOKENIZER_DIR, run_script, small_docs
 import train
 from weights import load_model, load_tokenizer
 
@@ -21,7 +21,7 @@ NEEDS_HF = "training runs in PyTorch on transformers' GPT2LMHeadModel: pip insta
 def test_help():
   out = run_script("train.py", "--help")
   assert out.returncode == 0 and all(f in out.stdout for f in ("--model", "--steps", "--checkpoints", "--eval",
-                                                               "--docs", "--corpus"))
+                                                               "--docs", "--export"))
 
 RST = """\
 .. _spam-intro:
@@ -183,73 +183,6 @@ def test_corpus_splits_by_file_and_emits_only_what_training_uses():
   assert 0.005 < outside.mean() < 0.03
   assert (train.emit_index(val_ids, used) == len(used)).tolist() == outside.tolist()
 
-DOC = """\
-The "for" statement
-*******************
-
-The "for" statement is used to iterate over the elements of a sequence
-(such as a string, tuple or list) or other iterable object, and it is
-a compound statement that has, as every reader of the docs knows, a
-well-known left-hand side, which all the readers of this page know: left-
-hand side:
-
-   for_stmt ::= "for" target_list "in" starred_list ":" suite
-                ["else" ":" suite]
-
-For instance:
-
-   for i in range(10):
-       print(i)
-
-   >>> list(range(3))
-   [0, 1, 2]
-
-* A list item whose text is long enough that the docs had to wrap it
-  onto a second line, indented past the marker.
-
-* short item
-* another short one"""
-
-def test_unwrap_joins_wrapped_prose_and_keeps_code_grammar_and_headings():
-  assert train.unwrap(DOC).split("\n") == [
-    'The "for" statement', "*******************",
-    'The "for" statement is used to iterate over the elements of a sequence (such as a string, tuple or list) or '
-    "other iterable object, and it is a compound statement that has, as every reader of the docs knows, a "
-    "well-known left-hand side, which all the readers of this page know: left-hand side:",
-    'for_stmt ::= "for" target_list "in" starred_list ":" suite', '             ["else" ":" suite]',
-    "For instance:", "for i in range(10):", "    print(i)",
-    ">>> list(range(3))", "[0, 1, 2]",
-    "* A list item whose text is long enough that the docs had to wrap it onto a second line, indented past the "
-    "marker.", "* short item", "* another short one"]
-
-def test_unwrap_only_removes_line_breaks_and_spaces():
-  """On every topic: the same characters but for whitespace, no blank line and no trailing space, every grammar
-  production and interactive line kept whole (but for its margin and trailing spaces), the text on fewer
-  lines, and far fewer line breaks followed by a space."""
-  from pydoc_data.topics import topics
-  before = after = spaced_before = spaced_after = 0
-  for text in topics.values():
-    flat = train.unwrap(text)
-    assert re.sub(r"\s", "", flat) == re.sub(r"\s", "", text)
-    assert "\n\n" not in flat and "  \n" not in flat
-    lines = set(l.strip() for l in flat.split("\n"))
-    assert all(l.strip() in lines for l in text.split("\n") if "::=" in l or l.lstrip().startswith(">>>"))
-    before, after = before + text.count("\n"), after + flat.count("\n")
-    spaced_before, spaced_after = spaced_before + text.count("\n "), spaced_after + flat.count("\n ")
-  assert after < 0.5 * before and spaced_after < 0.1 * spaced_before  # 3.11.7: 11,374 to 4,352; 4,039 to 348
-
-@NEEDS_TOKENIZER
-def test_the_shipped_pairs_corpus_is_the_topics_unwrapped_and_split_by_whole_topics():
-  """Every 10th topic of pydoc_data held out whole; the token set is the tokens the two streams use."""
-  from pydoc_data.topics import topics
-  enc = load_tokenizer(TOKENIZER_DIR)
-  train_ids, val_ids, used = train.corpus(enc, "topics")
-  names = sorted(topics)
-  assert val_ids.tolist() == enc.encode("\n".join(train.unwrap(topics[n]) for n in names[::10]))
-  assert enc.decode(train_ids[:40].tolist()).startswith(train.unwrap(topics[names[1]])[:60])
-  assert 10 * len(val_ids) < len(train_ids) < 20 * len(val_ids)
-  assert used.tolist() == sorted(set(train_ids.tolist()) | set(val_ids.tolist()))
-
 def test_bigram_baseline_by_hand():
   """0.6 x bigram + 0.4 x add-one unigram over the used tokens, on the targets a model scores (windows of T)."""
   used = np.array([3, 5, 7])
@@ -273,7 +206,7 @@ def test_bigram_baseline_leaves_out_the_tokens_it_may_not_emit():
   assert train.emit_index(np.array([9, 3, 5, 2, 7]), used).tolist() == [2, 0, 1, 2, 2]
 
 TINY = train.Recipe(train.GPT2Config(n_layer=1, n_head=2, n_embd=16, n_ctx=32), steps=40, lr=1e-2, dropout=0.1,
-                    weight_decay=0.1, batch=4, warmup=5, eval_every=20, patience=2, corpus="topics")
+                    weight_decay=0.1, batch=4, warmup=5, eval_every=20, patience=2)
 
 def test_export_keeps_the_used_tokens_and_silences_the_rest():
   """The torch model over the used tokens and OTHER, pinned and exported through gpt2.py and widened to 50257
@@ -326,26 +259,46 @@ def test_training_and_scoring_leave_out_other_targets():
 
 @NEEDS_TOKENIZER
 def test_a_short_run_learns_resumes_and_saves_a_loadable_model(tmp_path):
-  """40 steps of a tiny model on the topics: the validation loss falls from the uniform one, the best weights
-  are saved in the Hub's layout in float16 over 50257 tokens, a second call resumes instead of training again
-  (from the best weights alone: the optimiser's state is not needed once a run is over),
-  and --export saves the same model from the run's best weights without training."""
+  """40 steps of a tiny model on a small folder of sources: the validation loss falls well below the uniform
+  one, the best weights are saved in the Hub's layout in float16 over 50257 tokens, a second call resumes
+  instead of training again (from the best weights alone: the optimiser's state is not needed once a run is
+  over), and --export saves the same model from the run's best weights without training."""
   pytest.importorskip("torch", reason=NEEDS_HF)
   pytest.importorskip("transformers", reason=NEEDS_HF)
-  train.train("tiny", TINY, tmp_path / "out", tmp_path / "ckpt", seed=0, fresh=False)
+  docs = small_docs(tmp_path / "docs")
+  assert train.held_out("tutorial/modules") and not train.held_out("library/os")
+  train.train("tiny", TINY, tmp_path / "out", tmp_path / "ckpt", seed=0, fresh=False, docs=docs)
   state = json.loads((tmp_path / "ckpt" / "train-tiny" / "state.json").read_text())
-  _, _, used = train.corpus(load_tokenizer(TOKENIZER_DIR))
+  _, _, used = train.corpus(load_tokenizer(TOKENIZER_DIR), docs)
   assert state["step"] == 40 and [h[0] for h in state["history"]] == [20, 40]
   assert state["best"] < math.log(len(used)) - 1
   config = json.loads((tmp_path / "out" / "tiny" / "config.json").read_text())
   assert config["vocab_size"] == 50257 and config["n_layer"] == 1
   assert load_model(str(tmp_path / "out" / "tiny")).wte.weight.shape == (50257, 16)
   (tmp_path / "ckpt" / "train-tiny" / "state.pt").unlink()  # a finished run needs only its best weights
-  train.train("tiny", TINY, tmp_path / "out2", tmp_path / "ckpt", seed=0, fresh=False)  # nothing left to do
+  train.train("tiny", TINY, tmp_path / "out2", tmp_path / "ckpt", seed=0, fresh=False, docs=docs)  # nothing to do
   assert json.loads((tmp_path / "ckpt" / "train-tiny" / "state.json").read_text())["history"] == state["history"]
-  train.train("tiny", TINY, tmp_path / "out3", tmp_path / "ckpt", seed=0, fresh=False, export=True)  # no training
+  train.train("tiny", TINY, tmp_path / "out3", tmp_path / "ckpt", seed=0, fresh=False, docs=docs, export=True)
   assert (tmp_path / "out3" / "tiny" / "model.safetensors").read_bytes() == \
          (tmp_path / "out" / "tiny" / "model.safetensors").read_bytes()
+
+@NEEDS_TOKENIZER
+def test_fine_tuning_follows_pretraining_and_exports_its_own_weights(tmp_path):
+  """With unlikelihood steps in the recipe, train fine-tunes after pretraining (6 steps, their history saved),
+  saves the fine-tuned weights, and --export saves the same model from finetune.pt, not from pretraining's
+  best.pt. Control: the pretrained model alone differs from it."""
+  pytest.importorskip("torch", reason=NEEDS_HF)
+  pytest.importorskip("transformers", reason=NEEDS_HF)
+  docs = small_docs(tmp_path / "docs")
+  pre = dataclasses.replace(TINY, shape=train.GPT2Config(n_layer=1, n_head=2, n_embd=16, n_ctx=128))
+  tuned = dataclasses.replace(pre, unlikelihood=6, continuations=2)
+  train.train("tiny", pre, tmp_path / "pre", tmp_path / "ckpt", seed=0, fresh=False, docs=docs)
+  train.train("tiny", tuned, tmp_path / "out", tmp_path / "ckpt", seed=0, fresh=False, docs=docs)
+  state = json.loads((tmp_path / "ckpt" / "train-tiny" / "finetune.json").read_text())
+  assert state["step"] == 6 and [h[0] for h in state["history"]] == [6]
+  train.train("tiny", tuned, tmp_path / "again", tmp_path / "ckpt", seed=0, fresh=False, docs=docs, export=True)
+  saved = lambda d: (tmp_path / d / "tiny" / "model.safetensors").read_bytes()
+  assert saved("again") == saved("out") and saved("pre") != saved("out")
 
 def test_repeats_marks_the_loops_of_the_continuation_only():
   """repeats: every token of a 4-gram the continuation (from start) already held; the prompt's do not count."""
@@ -364,7 +317,7 @@ def test_unlikelihood_steps_push_a_loop_down():
     torch.manual_seed(0)
     hf = train.hf_model(train.GPT2Config(n_layer=1, n_head=2, n_embd=16, n_ctx=128), 30, 0.0)
     train.pin(hf)
-    seq, loop = train.greedy_loops(hf, tokens, np.random.default_rng(0), B=4, new=32)
+    seq, loop = train.greedy_loops(hf, tokens, np.random.default_rng(0), B=4, vocab=([b" x"] * 30, {b"x"}), new=32)
     assert loop.float().mean() > 0.5
     def p() -> float:
       with torch.no_grad():
@@ -377,6 +330,45 @@ def test_unlikelihood_steps_push_a_loop_down():
   before, after = loop_probability(1e-2)
   assert after < before / 2, (before, after)
   assert loop_probability(0.0) == (before, before)
+
+def test_strays_marks_the_words_the_training_text_never_uses():
+  """strays: every token of the continuation (from start) that lies in a word the training text does not use,
+  the prompt's tokens left alone, and the last word left alone (64 tokens may cut it off). Control: the same
+  text with that word in the training text marks nothing."""
+  pieces = [b" the", b" kind", b"cy", b"itations", b" of", b".", b" kin"]
+  seq = [0, 1, 2, 3, 4, 0, 1, 5, 0, 6]  # " the kindcyitations of the kind. the kin"
+  words = {b"the", b"kind", b"of"}
+  assert train.strays(seq, 0, pieces, words).tolist() == [False, True, True, True] + [False] * 6
+  assert train.strays(seq, 2, pieces, words).tolist() == [False, False, True, True] + [False] * 6
+  assert not train.strays(seq, 0, pieces, words | {b"kindcyitations"}).any()
+  enc = load_tokenizer(TOKENIZER_DIR) if (TOKENIZER_DIR / "vocab.bpe").is_file() else None
+  if enc:  # written: the pair's tokens as bytes, OTHER as none, and the training text's words
+    used = np.array(sorted(set(enc.encode(" the kind of thing"))))
+    pieces, words = train.written(enc, np.array(enc.encode("The kind of thing")), used)
+    assert b"".join(pieces) == b"".join(enc.decode_single_token_bytes(int(i)) for i in used)
+    assert pieces[-1] == b"" and words == {b"The", b"kind", b"of", b"thing"}
+
+def test_token_unlikelihood_pushes_down_the_tokens_the_window_already_held():
+  """cross_entropy with alpha adds alpha times token-level unlikelihood: at each position t, -log(1 - p(c)) for
+  every token c among the window's inputs up to t, but the target and OTHER, summed, then averaged over the
+  positions: here against a loop over the positions and tokens written out. Control: alpha 0 is the
+  cross-entropy alone."""
+  torch = pytest.importorskip("torch", reason=NEEDS_HF)
+  pytest.importorskip("transformers", reason=NEEDS_HF)
+  torch.manual_seed(0)
+  r = dataclasses.replace(TINY, batch=2, shape=train.GPT2Config(n_layer=1, n_head=2, n_embd=16, n_ctx=12))
+  hf = train.hf_model(r.shape, 8, 0.0).eval()
+  train.pin(hf)
+  tokens = np.random.default_rng(0).integers(0, 8, 200)  # token 7 is OTHER
+  ce = train.cross_entropy(hf, tokens, 0, 3, r).item()
+  with_ul = train.cross_entropy(hf, tokens, 0, 3, r, alpha=0.5).item()
+  x, y = train.batch(tokens, 0, 3, r.batch, r.shape.n_ctx)
+  with torch.no_grad():
+    p = hf(torch.from_numpy(x.astype(np.int64))).logits.softmax(-1).numpy()
+  total = sum(-math.log(1 - p[b, t, c]) for b in range(2) for t in range(12)
+              for c in set(x[b, :t + 1].tolist()) - {int(y[b, t]), 7})
+  assert with_ul == pytest.approx(ce + 0.5 * total / y.size, rel=1e-4)
+  assert with_ul > ce and train.cross_entropy(hf, tokens, 0, 3, r, alpha=0.0).item() == ce
 
 def test_the_moving_average_follows_the_weights_by_one_minus_the_decay():
   """follow moves each averaged weight 1 - decay of the way to the model's; pin's constants stay exact. Control:

@@ -63,3 +63,15 @@ def save_safetensors(tensors: dict[str, np.ndarray], path: pathlib.Path) -> None
     f.write(len(text).to_bytes(8, "little") + text)
     for a in tensors.values():
       f.write(np.ascontiguousarray(a, dtype="<f4").tobytes())
+
+def small_docs(folder: pathlib.Path) -> pathlib.Path:
+  """A folder of sources in Debian's layout: four files of sentences drawn (seed 0) from a small grammar, one of
+  them (tutorial/modules) held out. Each sentence is a capitalised word and six more, so train.openings finds
+  openings in them."""
+  rng = np.random.default_rng(0)
+  subjects, verbs = ["The module", "A function", "Every object", "The list"], ["returns", "holds", "takes", "names"]
+  for name in ("library/os", "library/functions", "reference/datamodel", "tutorial/modules"):
+    (folder / name).parent.mkdir(parents=True, exist_ok=True)
+    text = " ".join(f"{subjects[i]} {verbs[j]} a value in turn." for i, j in rng.integers(0, 4, (300, 2)))
+    (folder / f"{name}.rst.txt").write_text(f"{name}\n{'=' * len(name)}\n\n{text}\n")
+  return folder
