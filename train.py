@@ -586,7 +586,7 @@ def repeats(seq: list[int], start: int, n: int = 4) -> np.ndarray:
     seen.add(gram)
   return loop
 
-WORD_BYTES = re.compile(rb"[A-Za-z]+")  # WORD, over bytes
+WORD_BYTES = re.compile(WORD.pattern.encode())  # WORD, over bytes: strays and the sentence check agree on a word
 
 def written(enc, train_ids: np.ndarray, used: np.ndarray) -> tuple[list[bytes], set[bytes]]:
   """What strays reads: each of the pair's tokens as bytes (token used[i] is its i; OTHER: none), and the words
