@@ -92,57 +92,56 @@ def machine() -> str:
 # ***** Algorithm 1 against Algorithm 2 *****
 
 def total(stats: list[Stats]) -> Stats:
-  """The Stats of several runs pooled: counts and times added, the steps timed alone averaged (stopped_by, a
-  word, is left out)."""
-  timed_alone = ("draft_first_time", "draft_call_time", "draft_round_time", "target_call_time")
-  numbers = [f.name for f in fields(Stats) if f.name not in ("stopped_by", *timed_alone)]
+  """The Stats of several runs pooled: counts and times added, the steps and round timed after each run averaged
+  (stopped_by, a word, is left out)."""
+  timed_apart = ("draft_first_time", "draft_call_time", "draft_round_time", "target_call_time", "round_replay_time")
+  numbers = [f.name for f in fields(Stats) if f.name not in ("stopped_by", *timed_apart)]
   pooled = Stats(**{name: sum(getattr(s, name) for s in stats) for name in numbers})
-  for name in timed_alone:
+  for name in timed_apart:
     setattr(pooled, name, float(np.mean([getattr(s, name) for s in stats])))
   return pooled
 
 def run_pairs(target: GPT2, draft: Draft, prompts: list[list[int]], n_tokens: int, K: int,
               sampling: Sampling, bar: tqdm, search: bool) -> tuple[list[tuple[Stats, Stats]], float]:
   """Warm up (and with search, search the kernels), then continue each prompt i with Algorithm 1 and
-  Algorithm 2, both with seed i, each Algorithm 2 run followed by its draft's steps timed alone: their Stats,
-  and the seconds of the target's step of 1 row, timed alone (its K+1 rows: in each Stats)."""
+  Algorithm 2, both with seed i, each Algorithm 2 run followed by a round and its parts timed in turn
+  (time_parts): their Stats, and the seconds of the target's step of 1 row, timed alone."""
   warm_up(target, draft, prompts[0], K, sampling, 0)
   warm_up_baseline(target, prompts[0], K, sampling, 0)
   if search:
     # the steps that the round's parts are timed on are compiled first, so that they are searched too: else
     # the round would run searched kernels and its parts default ones
-    time_parts(target, draft, K, sampling, Stats())
+    time_parts(target, draft, K, sampling, Stats(), prompts[0])
     time_step(target, 1, sampling)
     search_kernels(calls(target, *draft.models), math.inf)  # asked for: searched to the end
-  t_target, t_one = time_step(target, K + 1, sampling), time_step(target, 1, sampling)
-  runs = []
+  t_one, runs = time_step(target, 1, sampling), []
   for seed, prompt in enumerate(prompts):
     base = autoregressive_sample(target, prompt, n_tokens, sampling=sampling, seed=seed, rows=K + 1, eos=None)[1]
-    spec = speculative_sample(target, draft, prompt, n_tokens, K=K, sampling=sampling, seed=seed, eos=None)[2]
-    spec.draft_first_time, spec.draft_call_time, spec.draft_round_time = draft.step_times(sampling, spec, K)
-    spec.target_call_time = t_target
+    tokens, _, spec = speculative_sample(target, draft, prompt, n_tokens, K=K, sampling=sampling, seed=seed,
+                                         eos=None)
+    time_parts(target, draft, K, sampling, spec, prompt + tokens)
     runs.append((base, spec))
     bar.update(1)
   return runs, t_one
 
 def summarize(K: int, runs: list[tuple[Stats, Stats]], t_one: float) -> dict:
   """One row of the table from the runs of one K: pooled figures, and per-prompt ones for the plots. c and
-  t(K+1)/t(1) come from the steps timed alone (a round is one compiled call: its parts cannot be timed in it)."""
+  t(K+1)/t(1) come from the steps timed apart (a round is one compiled call: its parts cannot be timed in it)."""
   base, spec = total([b for b, _ in runs]), total([s for _, s in runs])
   alpha, c, k = spec.acceptance_rate, spec.cost_ratio, spec.mean_drafted
   speedup, predicted = spec.tokens_per_second / base.tokens_per_second, predicted_speedup(alpha, k, c)
   return {"K": K, "alg1_ms_per_token": 1e3 / base.tokens_per_second,
           "alg2_ms_per_token": 1e3 / spec.tokens_per_second, "speedup": speedup, "alpha": alpha,
           "tokens_per_target_call": spec.tokens_per_target_call, "c": c, "mean_drafted": k,
-          # a target step of K+1 rows against one of 1 row, each timed alone: the paper assumes about 1
+          # a target step of K+1 rows against one of 1 row, each timed apart: the paper assumes about 1
           "scoring_ratio": spec.target_call_time / t_one, "predicted": predicted,
           "draft_first_step_ms": 1e3 * spec.draft_first_time, "draft_step_ms": 1e3 * spec.draft_call_time,
           "target_step_ms": 1e3 * spec.target_call_time, "target_one_row_ms": 1e3 * t_one,
           "measured_over_predicted": speedup / predicted,
           # Algorithm 2's round: one compiled call (K draft steps, the target's K+1 rows, tests, draws, read)
           "ms_per_round": 1e3 * spec.round_call_time,
-          # ... against its parts timed alone: above 1, the round runs other kernels than c was timed on
-          "round_over_parts": spec.round_call_time / spec.round_parts_time,
+          # a round replayed over its parts, timed in turn: well above 1, the round runs other kernels
+          "round_over_parts": spec.round_over_parts,
           "calls_per_round": spec.compiled_calls / spec.rounds,
           "host_ms_per_round": 1e3 * spec.host_time / spec.compiled_calls,
           "alg1_seconds": [b.total_time for b, _ in runs], "alg2_seconds": [s.total_time for _, s in runs],
@@ -305,11 +304,12 @@ COLUMNS: list[tuple[str, Callable[[dict], str]]] = [
 ]
 LEGEND = ("predicted: (1 − α̂^(K+1)) / ((1 − α̂)(Kc + 1)) from the measured α̂ and c (K: the mean drafted "
           "per call). c and t(K+1)/t(1): a draft step, and a target step of K+1 rows, against a target step "
-          "of 1 row, each timed alone after the warm-up (a round is one compiled call, which cannot time its "
+          "of 1 row, each timed apart after the run (a round is one compiled call, which cannot time its "
           "parts; the paper assumes t(K+1)/t(1) about 1). ms/round: one compiled round, from its launch until "
           "its tokens are read on the host (on DEV=NULL: the host work of one whole round). round/parts: "
-          "ms/round over its parts timed alone, the draft's first step (2 rows), its K−1 later ones (1 row) "
-          "and the target's K+1 rows, each compiled as the round runs it. host ms/round: "
+          "a round replayed after the run over its parts, the draft's first step (2 rows), its K−1 later ones "
+          "(1 row) and the target's K+1 rows, each compiled as the round runs it, all replayed in turn "
+          "(medians); above 1 by the round's tests and draws. host ms/round: "
           "until the launch returns (on CUDA or Metal, the host's own work; on the CPU the kernels run inside "
           "it). calls/round: compiled calls launched per round.")
 
@@ -383,8 +383,8 @@ def plot(rows: list[dict], header: str, n_tokens: int, out: pathlib.Path, tag: s
 
   fig, ax = plt.subplots(figsize=(6.4, 4.6))
   curves = (("loop_seconds", "whole round (one compiled call)"),
-            ("target_seconds_per_loop", "target step of K + 1 tokens, timed alone"),
-            ("draft_seconds_per_loop", "the K draft steps (2 rows, then 1), timed alone"))
+            ("target_seconds_per_loop", "target step of K + 1 tokens, timed apart"),
+            ("draft_seconds_per_loop", "the K draft steps (2 rows, then 1), timed apart"))
   for key, label in curves:
     errorbar(ax, key, label, scale=1e3)
   paths.append(save(fig, ax, "Time per loop", "milliseconds (mean ± sd over prompts)", "loop"))

@@ -198,13 +198,22 @@ def calls(*models: GPT2) -> list[Compiled]:
   """Every compiled call these models have made: their steps and the rounds they are the target of."""
   return [c for m in models for c in m.calls.values()]
 
+def time_calls(calls: list[tuple[Compiled, list[int]]], reps: int) -> list[float]:
+  """Seconds of each compiled call with its values bound: the median of reps replays, the calls taking turns
+  (each compiled first, each waited for on the device), so that a slow spell of the machine falls on all of
+  them alike and their ratios hold. What c, t(K+1)/t(1) and a round over its parts are computed from, since a
+  fused round cannot time its parts."""
+  for call, values in calls:
+    while call.jit.cnt < 2:  # the first two calls compile and capture
+      call(*values)
+  times: list[list[float]] = [[] for _ in calls]
+  for _ in range(reps):
+    for (call, values), spent in zip(calls, times):
+      begin = time.perf_counter()
+      Device[call(*values).device].synchronize()
+      spent.append(time.perf_counter() - begin)
+  return [float(np.median(spent)) for spent in times]
+
 def time_step(model: GPT2, rows: int, head: Head | None, reps: int = 5) -> float:
-  """Seconds of one compiled step of `rows` rows alone (median of reps replays, compiled first, waiting for
-  the device): what c and t(K+1)/t(1) are computed from, since a fused round cannot time its parts."""
-  call, times = step(model, rows, head), []
-  for _ in range(reps + 2):  # the first two compile and capture
-    begin = time.perf_counter()
-    call(0, *[0] * rows)
-    Device[model.wte.weight.device].synchronize()
-    times.append(time.perf_counter() - begin)
-  return float(np.median(times[2:]))
+  """Seconds of one compiled step of `rows` rows alone, at position 0 (time_calls)."""
+  return time_calls([(step(model, rows, head), [0] * (rows + 1))], reps)[0]

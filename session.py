@@ -3,11 +3,11 @@ options and checks, opening the device, loading the models, warming up, timing a
 the kernels. Each option is declared here once; each bad input is refused once, before any model loads.
 """
 from __future__ import annotations
-import argparse, contextlib, math, multiprocessing, os, signal, sys, threading, time
+import argparse, contextlib, gc, math, multiprocessing, os, signal, sys, threading, time
 from typing import Callable, Iterator
 from tinygrad import Device, Tensor, dtypes
 from tinygrad.helpers import BEAM, DEV
-from compiled import Compiled, calls, on_host_cpu, time_step
+from compiled import Compiled, calls, on_host_cpu, step, time_calls
 from gpt2 import GPT2
 from sampling import Sampling
 from speculative import Draft, Stats, autoregressive_sample, check_request, choose_draft, speculative_sample
@@ -159,6 +159,7 @@ def warm_up(target: GPT2, draft: Draft, prompt: list[int], K: int, sampling: Sam
       speculative_sample(target, draft, prompt, 2 * K + 2, K=K, sampling=sampling, seed=seed, eos=None)
       speculative_sample(target, draft, [0], 1, K=K, sampling=sampling, seed=seed, eos=None)
       done.append(1)
+  settle()
   if any(not c.searched and c.width for c in calls(target, *draft.models)):
     print("(tinygrad's default kernels: the fastest are not searched yet on this machine, so this run "
           "decodes about 2 to 3 times slower than later ones; after its text, it searches them, at most "
@@ -169,13 +170,33 @@ def warm_up_baseline(target: GPT2, prompt: list[int], K: int, sampling: Sampling
   with heartbeat(lambda: "compiling Algorithm 1's step"):
     for _ in range(2):
       autoregressive_sample(target, prompt, 2, rows=K + 1, sampling=sampling, seed=seed, eos=None)
+  settle()
 
-def time_parts(target: GPT2, draft: Draft, K: int, sampling: Sampling, stats: Stats) -> None:
-  """Fill in stats with a round's parts, each timed alone (compiled as the round runs them): the draft's first
-  step and a later one (draft.step_times) and the target's step of K+1 rows. A fused round cannot time them."""
-  with heartbeat(lambda: "timing the round's draft and target steps alone"):
-    stats.draft_first_time, stats.draft_call_time, stats.draft_round_time = draft.step_times(sampling, stats, K)
-    stats.target_call_time = time_step(target, K + 1, sampling)
+def settle() -> None:
+  """Collect Python's garbage, then move what survives, among it the millions of tinygrad objects that the
+  compiles left, out of the collector's reach (gc.freeze): else a collection in mid-run walks them all, and
+  one round of the demo pair took 0.4 s instead of 0.07 here."""
+  gc.collect()
+  gc.freeze()
+
+def time_parts(target: GPT2, draft: Draft, K: int, sampling: Sampling, stats: Stats, x: list[int],
+               reps: int = 7) -> None:
+  """Fill in stats with a round's parts (the draft's steps, draft.steps, and the target's step of K+1 rows) and
+  the round itself, replayed after the run in turn (compiled.time_calls): a fused round cannot time its parts,
+  and parts timed apart from the round let a slow spell of the machine fall on one side only (the searched
+  demo pair's round measured 0.93 to 1.67 times its parts, run to run). The round replayed is the one after
+  the middle of the run's text x (its last stats.new_tokens // 2 cut), with its last token repeated, so that
+  prompt lookup finds a match and drafts: a round, not a plain target step."""
+  n_ctx = min(m.config.n_ctx for m in [target, *draft.models])
+  x = x[:max(min(len(x) - stats.new_tokens // 2, n_ctx - 2), 1)]
+  x, n = x + x[-1:], len(x) + 1
+  call, values, _ = draft.round(target, x, K, K, sampling)
+  calls = [(call, [*values, 0, 0, n - 1]), *draft.steps(x, sampling),
+           (step(target, K + 1, sampling), [n - 1, x[-1], *[0] * K])]
+  with heartbeat(lambda: "timing a round and its draft and target steps, in turn"):
+    times = time_calls(calls, reps)
+  stats.round_replay_time, stats.target_call_time = times[0], times[-1]
+  stats.draft_first_time, stats.draft_call_time, stats.draft_round_time = draft.step_times(times[1:-1], stats, K)
 
 # ***** the kernel search *****
 

@@ -30,7 +30,6 @@ from typing import Callable, Protocol
 import numpy as np
 from tinygrad import Tensor, UOp, Variable, dtypes
 from compiled import PREFILL_ROWS, Compiled, forward_rows, kept, prepare, searching, signature, step, symbolic_ids
-from compiled import time_step
 from gpt2 import GPT2, MAX_ROWS
 from sampling import Sampling
 
@@ -144,7 +143,7 @@ def propose(draft: GPT2, last_two: Tensor, start: UOp, j: UOp, K: int, sampling:
   """The draft's K steps of a round: x̃ (K,) int32 and p (K, V). Its first step feeds the last two tokens of
   x from cache position start (it may lack both: after an all-accept round it never fed x̃_K) and reads row
   j (1; 0 when x is one token, fed twice); each later step feeds the x̃ drawn before it. Each step runs the
-  draft's compiled step of as many rows (compiled.forward_rows), the kernels timed alone."""
+  draft's compiled step of as many rows (compiled.forward_rows), the kernels its parts are timed on."""
   drafts, p, ids, rows = [], [], last_two, Tensor.full((1,), j, dtype=dtypes.int32)
   for t in range(K):
     p.append(forward_rows(draft, ids, start + j + t if t else start, sampling, searched)[rows])
@@ -167,7 +166,7 @@ def model_round(target: GPT2, draft: GPT2, K: int, sampling: Sampling) -> Compil
   """Algorithm 2's round with a model draft, compiled: Variables (start, j, x_{n-1}, x_n, k, seed, round, n-1)
   with start = n-2 (0 when n = 1) and j = n-1-start; result int32 (K+3,): the round's tokens, a, NaN flag.
   The target's position n-1 is a Variable of its own, not start + j: a sum of two Variables gives some of its
-  kernels another layout than its step timed alone, whose position is one Variable."""
+  kernels another layout than its step timed apart, whose position is one Variable."""
   n_ctx, V = min(target.config.n_ctx, draft.config.n_ctx), target.config.vocab_size
   def build(searched: bool) -> tuple[Callable[..., Tensor], list[UOp]]:
     def run(start: UOp, j: UOp, before: UOp, last: UOp, k: UOp, seed: UOp, counter: UOp, at: UOp) -> Tensor:
@@ -242,9 +241,13 @@ class Draft(Protocol):
     """This round's compiled call, the values it binds before (seed, round, n-1), and how many drafts count
     (at most k): 0 when it proposes none, and then the call is Algorithm 1's step (token_step)."""
 
-  def step_times(self, sampling: Sampling, stats: Stats, K: int) -> tuple[float, float, float]:
+  def steps(self, x: list[int], sampling: Sampling) -> list[tuple[Compiled, list[int]]]:
+    """Its compiled steps in the round that follows x, each with the values it binds: the first and a later one
+    (none for prompt lookup). session.time_parts times them in turn with the round."""
+
+  def step_times(self, times: list[float], stats: Stats, K: int) -> tuple[float, float, float]:
     """Seconds of its first draft step, of each later one (c's numerator), and of its share of a round's compiled
-    call: timed alone, or measured in the run (stats)."""
+    call: from its steps' times (in the order of steps), or measured in the run (stats)."""
 
   def timing(self, stats: Stats) -> str:
     """How its time per draft token was had, in words, for the command line's report."""
@@ -264,13 +267,17 @@ class ModelDraft:
     call = kept(target, (model_round, draft, K, sampling), lambda: model_round(target, draft, K, sampling))
     return call, [fed, n - 1 - fed, x[fed], x[-1], k], k
 
-  def step_times(self, sampling: Sampling, stats: Stats, K: int) -> tuple[float, float, float]:
-    """Its first step of 2 rows and a later one of 1 row, each timed alone (compiled as the round runs them)."""
-    first, later = time_step(self.model, 2, sampling), time_step(self.model, 1, sampling)
+  def steps(self, x: list[int], sampling: Sampling) -> list[tuple[Compiled, list[int]]]:
+    """Its first step of 2 rows (x_{n-1}, x_n) and a later one of 1 row, compiled as the round runs them."""
+    n = len(x)
+    return [(step(self.model, 2, sampling), [n - 2, *x[-2:]]), (step(self.model, 1, sampling), [n, x[-1]])]
+
+  def step_times(self, times: list[float], stats: Stats, K: int) -> tuple[float, float, float]:
+    first, later = times
     return first, later, first + (K - 1) * later
 
   def timing(self, stats: Stats) -> str:
-    return f"one draft step of 1 row, timed alone; a round's first, 2 rows: {1e3 * stats.draft_first_time:.2f} ms"
+    return f"one draft step of 1 row; a round's first, 2 rows: {1e3 * stats.draft_first_time:.2f} ms"
 
 class NgramDraft:
   """Prompt lookup: a draft that is no model.
@@ -306,7 +313,10 @@ class NgramDraft:
     call = kept(target, (lookup_round, K, sampling), lambda: lookup_round(target, K, sampling))
     return call, [x[-1], *drafts, *[0] * (K - len(drafts)), len(drafts)], len(drafts)
 
-  def step_times(self, sampling: Sampling, stats: Stats, K: int) -> tuple[float, float, float]:
+  def steps(self, x: list[int], sampling: Sampling) -> list[tuple[Compiled, list[int]]]:
+    return []  # no model: its drafts come from the host
+
+  def step_times(self, times: list[float], stats: Stats, K: int) -> tuple[float, float, float]:
     """No steps: per draft, its share of the run's host time (the lookups), outside the round's call."""
     return float("nan"), stats.propose_time / max(stats.drafted, 1), 0.0
 
@@ -322,9 +332,9 @@ def choose_draft(name: str, ngram_max: int, load: Callable[[str], GPT2]) -> Draf
 @dataclass
 class Stats:
   """What a run measured. A round is one compiled call, so the draft's and the target's shares of it cannot be
-  timed inside it: draft_first_time, draft_call_time and target_call_time are its steps timed alone, compiled
-  as the round runs them (compiled.time_step), filled in by whoever timed them (session.time_parts, bench.py),
-  except for Algorithm 1, which times its own."""
+  timed inside it: draft_first_time, draft_call_time and target_call_time are its steps, compiled as the round
+  runs them and timed after the run in turn with a replay of the round (round_replay_time), filled in by
+  session.time_parts, except for Algorithm 1, which times its own."""
   new_tokens: int = 0
   rounds: int = 0            # rounds after the prompt, each one pass of the target (Algorithm 1: one a token)
   drafted: int = 0           # draft tokens proposed
@@ -335,13 +345,14 @@ class Stats:
   round_time: float = 0.0    # seconds in them, from each launch until its numbers were read on the host
   host_time: float = 0.0     # seconds until each launch returned: on CUDA or Metal, the host's own work
   propose_time: float = 0.0  # seconds the host spent choosing each round's call and drafts (prompt lookup's)
-  draft_first_time: float = float("nan")  # seconds of a round's first draft step, of 2 rows, timed alone
-  draft_call_time: float = float("nan")   # seconds to draft one token: one draft step of 1 row timed alone,
+  draft_first_time: float = float("nan")  # seconds of a round's first draft step, of 2 rows, timed apart
+  draft_call_time: float = float("nan")   # seconds to draft one token: one draft step of 1 row timed apart,
                                           # or a share of prompt lookup's host work
   draft_round_time: float = float("nan")  # seconds of the draft's steps in a round: the first and K-1 later
-                                          # ones timed alone; 0 for prompt lookup, whose drafts come from the host
-  target_call_time: float = float("nan")  # seconds of one target step of K+1 rows timed alone; for
+                                          # ones; 0 for prompt lookup, whose drafts come from the host
+  target_call_time: float = float("nan")  # seconds of one target step of K+1 rows timed apart; for
                                           # Algorithm 1, its whole call (pass and draw)
+  round_replay_time: float = float("nan")  # seconds of one round replayed after the run, in turn with its parts
   total_time: float = 0.0
   stopped_by: str = ""       # "max-new-tokens", "end-of-text" or "the context": what ended the run
 
@@ -372,9 +383,14 @@ class Stats:
 
   @property
   def round_parts_time(self) -> float:
-    """Seconds of a round's parts, each timed alone: the draft's (draft_round_time) and the target's K+1 rows.
-    A round that costs more than its parts runs other kernels than the ones c was timed on."""
+    """Seconds of a round's parts, each timed apart: the draft's (draft_round_time) and the target's K+1 rows."""
     return self.draft_round_time + self.target_call_time
+
+  @property
+  def round_over_parts(self) -> float:
+    """A round replayed over its parts, timed in turn: above 1 by the round's tests and draws, which no part
+    has; well above, and the round runs other kernels than the ones c was timed on."""
+    return self.round_replay_time / self.round_parts_time
 
   @property
   def cost_ratio(self) -> float:

@@ -41,7 +41,7 @@ def test_table_has_ms_per_round_the_alpha_line_and_the_floor(tmp_path):
   assert "ms/round" in lines[header] and [row[0] for row in table_rows(out.stdout)] == ["2"]
   end = lines[header].index("ms/round") + len("ms/round")  # the columns are right-aligned under their headers
   assert re.fullmatch(r"\d+\.\d\d", lines[header + 1][:end].split()[-1])
-  end = lines[header].index("round/parts") + len("round/parts")  # a round over its parts timed alone
+  end = lines[header].index("round/parts") + len("round/parts")  # a round over its parts, timed in turn
   assert re.fullmatch(r"\d+\.\d\d", lines[header + 1][:end].split()[-1])
   assert lines[header].split()[-1] == "calls/round" and lines[header + 1].split()[-1] == "1.00"  # one call a round
   assert re.search(r"predicted at α = 0\.8 .*K=2 \d+\.\d\dx", out.stdout, re.S)

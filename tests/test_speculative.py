@@ -1,13 +1,13 @@
 """speculative.py: greedy equals Algorithm 1, a perfect draft is always accepted, the stopping rules hold, and
 the CLI works as a user runs it, with one clear sentence for bad input."""
-import os, re, signal, sqlite3, subprocess, sys, threading, time
+import os, re, signal, sqlite3, subprocess, sys, threading, time, types
 import numpy as np, pytest
 from tinygrad import Tensor
 from tiny import REPO, TOKENIZER_DIR, run_script, write_checkpoint
 from weights import load_model
 from sampling import Sampling
-import reference, speculative
-from speculative import ModelDraft, NgramDraft, autoregressive_sample, random_bits, speculative_sample
+import compiled, reference, session, speculative
+from speculative import ModelDraft, NgramDraft, Stats, autoregressive_sample, random_bits, speculative_sample
 
 PROMPT = [5, 17, 2, 33]
 
@@ -146,6 +146,58 @@ def test_one_compiled_call_per_round(models):
   _, base = autoregressive_sample(target, PROMPT, 7, eos=None)
   assert base.compiled_calls == base.rounds == 7
 
+def test_time_calls_replays_the_calls_in_turn():
+  """Each call is compiled first (two calls), then all are replayed in turn, reps times, with their values: a
+  slow spell of the machine falls on every one alike."""
+  log = []
+  class Call:
+    def __init__(self, name: str):
+      self.name, self.jit = name, types.SimpleNamespace(cnt=0)
+    def __call__(self, *values: int) -> Tensor:
+      self.jit.cnt += 1
+      log.append((self.name, values))
+      return Tensor([0])
+  times = compiled.time_calls([(Call("round"), [7, 8]), (Call("step"), [9])], reps=3)
+  assert len(times) == 2 and all(t > 0 for t in times)
+  assert log == [("round", (7, 8))] * 2 + [("step", (9,))] * 2 + [("round", (7, 8)), ("step", (9,))] * 3
+
+def parts_timed(monkeypatch, target, draft, x: list[int], new_tokens: int) -> tuple[list, Stats]:
+  """The calls that session.time_parts times after a run of text x, and the Stats it fills in from times that
+  time_calls is made to return: 10 ms for the round, 1 ms for the draft's steps, 4 for the target's."""
+  seen, stats = [], Stats(new_tokens=new_tokens)
+  def times(calls, reps):
+    seen.extend(calls)
+    return [0.010, *[0.001] * (len(calls) - 2), 0.004]
+  monkeypatch.setattr(session, "time_calls", times)
+  session.time_parts(target, draft, 4, Sampling(), stats, x)
+  return seen, stats
+
+def test_time_parts_replays_a_round_and_its_parts_at_the_runs_middle(models, monkeypatch):
+  """The round after the middle of the run's text (its last token repeated), and its parts at the positions
+  that round runs them: the draft's first step (x_{n-1}, x_n at n-2), a later one (at n), the target's K+1 rows
+  (at n-1). Near the context's end the round still fits it."""
+  target, draft, _ = models
+  x = list(range(30))
+  calls, stats = parts_timed(monkeypatch, target, draft, x, new_tokens=10)
+  r, n = x[:25] + [24], 26  # the last 10 // 2 tokens cut, the last token repeated
+  assert [c.name for c, _ in calls] == ["a round: 2-layer draft, 2-layer target, K=4", "2 layers, 2 rows",
+                                        "2 layers, 1 rows", "2 layers, 5 rows"]
+  assert [v for _, v in calls] == [[n - 2, 1, r[-2], r[-1], 4, 0, 0, n - 1], [n - 2, r[-2], r[-1]],
+                                   [n, r[-1]], [n - 1, r[-1], 0, 0, 0, 0]]
+  assert calls[1][0] is compiled.step(draft.model, 2, Sampling()) and calls[3][0] is compiled.step(target, 5, Sampling())
+  assert stats.round_replay_time == 0.010 and stats.draft_round_time == pytest.approx(0.004)
+  assert stats.target_call_time == 0.004 and stats.round_over_parts == pytest.approx(1.25)
+  calls, _ = parts_timed(monkeypatch, target, draft, list(range(48)), new_tokens=2)  # a run that filled the context
+  assert calls[0][1][-1] == 46 and calls[2][1][0] == 47  # the round's n - 1 and the draft's later step, inside 48
+
+def test_time_parts_replays_prompt_lookups_round_where_nothing_repeats(models, monkeypatch):
+  """Prompt lookup's round is timed even on text where nothing repeats (where a run would take a plain target
+  step): the repeated last token gives it a match. It has no steps of its own: its parts are the target's."""
+  target, _, _ = models
+  calls, stats = parts_timed(monkeypatch, target, NgramDraft(), list(range(20)), new_tokens=0)
+  assert [c.name for c, _ in calls] == ["a lookup round: 2-layer target, K=4", "2 layers, 5 rows"]
+  assert calls[0][1][:3] == [19, 19, 0] and stats.round_parts_time == 0.004  # x_n, the one draft x̃_1 = x_n
+
 def test_stats_say_what_stopped_the_run(models):
   target, draft, copy = models
   assert speculative_sample(target, draft, PROMPT, 5)[2].stopped_by == "max-new-tokens"
@@ -226,7 +278,8 @@ def test_cli_prints_text_and_stats(gpt2_vocab_models):
   assert first.returncode == 0, first.stderr
   assert (first.stdout.startswith("Alan Turing theorized that") and "acceptance rate α̂" in first.stdout
           and "new tokens            12" in first.stdout)
-  assert re.search(r"round ÷ its parts     \d+\.\d\d \(parts: \d+\.\d\d ms", first.stdout), first.stdout
+  assert re.search(r"round ÷ its parts     \d+\.\d\d \(replayed in turn after the run: a round \d+\.\d\d ms, "
+                   r"its parts \d+\.\d\d ms\)", first.stdout), first.stdout
   text = lambda out: out.split("\n\n---")[0]
   assert text(first.stdout) == text(second.stdout)  # same seed, same tokens
 
