@@ -111,7 +111,7 @@ def run_pairs(target: GPT2, draft: Draft, prompts: list[list[int]], n_tokens: in
   if search:
     # the steps that the round's parts are timed on are compiled first, so that they are searched too: else
     # the round would run searched kernels and its parts default ones
-    time_parts(target, draft, K, sampling, Stats(), prompts[0])
+    time_parts(target, draft, K, sampling, Stats(), prompts[0], reps=1)
     time_step(target, 1, sampling)
     search_kernels(calls(target, *draft.models), math.inf)  # asked for: searched to the end
   t_one, runs = time_step(target, 1, sampling), []
