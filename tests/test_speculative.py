@@ -184,7 +184,8 @@ def test_time_parts_replays_a_round_and_its_parts_at_the_runs_middle(models, mon
                                         "2 layers, 1 rows", "2 layers, 5 rows"]
   assert [v for _, v in calls] == [[n - 2, 1, r[-2], r[-1], 4, 0, 0, n - 1], [n - 2, r[-2], r[-1]],
                                    [n, r[-1]], [n - 1, r[-1], 0, 0, 0, 0]]
-  assert calls[1][0] is compiled.step(draft.model, 2, Sampling()) and calls[3][0] is compiled.step(target, 5, Sampling())
+  assert calls[1][0] is compiled.step(draft.model, 2, Sampling())
+  assert calls[3][0] is compiled.step(target, 5, Sampling())
   assert stats.round_replay_time == 0.010 and stats.draft_round_time == pytest.approx(0.004)
   assert stats.target_call_time == 0.004 and stats.round_over_parts == pytest.approx(1.25)
   calls, _ = parts_timed(monkeypatch, target, draft, list(range(48)), new_tokens=2)  # a run that filled the context
