@@ -21,14 +21,15 @@ from gpt2 import GPT2, MAX_ROWS
 # with rows whose results are dropped: every call of up to `rows` tokens replays one step.
 PREFILL_ROWS = 8  # the rows per step when the caller names none
 
-def width(rows: int, searched: bool) -> int:
-  """The rows a pass of `rows` tokens runs at, the layout of every compiled step and round. tinygrad's default
-  kernels read a weight once for all rows only when 3 or 4 divides them, else once per row, so a pass of 3 or
-  more rows runs padded to the next such number (5 rows to 6, 7 to 8). Timed alone on this project's 2-core
-  CPU (BEAM=0): gpt2's 5 rows 344 ms unpadded, 207 ms padded to 6, 283 ms to 8; the demo target's 68.6, 50.7
-  and 71.1 ms. 1 and 2 rows run as they are (the demo pair's 2 rows padded to 4: 8 to 13 % slower). A searched
-  kernel picks its own layout for the real rows: no padding."""
-  if searched or rows <= 2:
+def width(rows: int, searched: bool, device: str) -> int:
+  """The rows a pass of `rows` tokens runs at on the device, the layout of every compiled step and round.
+  tinygrad's default kernels on its CPU device read a weight once for all rows only when 3 or 4 divides them,
+  else once per row, so a pass of 3 or more rows runs padded there to the next such number (5 rows to 6, 7 to
+  8). Timed alone on this project's 2-core CPU (BEAM=0): gpt2's 5 rows 344 ms unpadded, 207 ms padded to 6,
+  283 ms to 8; the demo target's 68.6, 50.7 and 71.1 ms. 1 and 2 rows run as they are (the demo pair's 2 rows
+  padded to 4: 8 to 13 % slower). A searched kernel picks its own layout for the real rows, and on a GPU (a
+  device with workgroups) gpt2.matvec lays the rows out itself: no padding."""
+  if searched or rows <= 2 or Device[device].renderer.has_local:
     return rows
   return next(w for w in range(rows, MAX_ROWS + 1) if w % 3 == 0 or w % 4 == 0)
 
@@ -147,7 +148,7 @@ def signature(model: GPT2) -> str:
   return f"{model.config}|{w.dtype}|{w.device}|BEAM={searching(model)}|{SOURCE}"
 
 def forward_rows(model: GPT2, ids: Tensor, start_pos: int | UOp, head: Head | None, searched: bool) -> Tensor:
-  """head(logits) after each of the T token ids at start_pos.., run at width(T, searched) rows: what every
+  """head(logits) after each of the T token ids at start_pos.., run at width(T, searched, device) rows: what every
   compiled step and round runs, so that a step timed alone launches the kernels a round launches. Its result
   has all the rows, realized as one buffer: slicing the padding away before then could shrink the matmuls
   back to T rows, another layout. The padding rows (token 0) come after the real ones, so that causal
@@ -155,7 +156,7 @@ def forward_rows(model: GPT2, ids: Tensor, start_pos: int | UOp, head: Head | No
   position, where the next call writes before it reads (also at K = 63 with the prompt two tokens before
   the context's end: the cache's MAX_ROWS - 1 spare positions hold them)."""
   T = ids.shape[0]
-  logits = model.forward(ids.pad(((0, width(T, searched) - T),)), start_pos)
+  logits = model.forward(ids.pad(((0, width(T, searched, model.wte.weight.device) - T),)), start_pos)
   return (logits if head is None else head(logits)).contiguous()
 
 def step(model: GPT2, rows: int, head: Head | None) -> Compiled:
@@ -191,7 +192,7 @@ def logits(model: GPT2, ids: list[int], start_pos: int, last: int | None = None,
     result = call(start_pos + b, *block)
     if b + len(block) > T - last:  # it holds some of the last `last` tokens: copy their rows out of the
       host = call.to_host(result)                      # step's host array, which its next read overwrites
-      out.append(host[max(T - last - b, 0):len(block)].copy())
+      out.append(host[max(T - last - b, 0):len(block), :cfg.vocab_size].copy())  # less the padding tokens
   return out[0] if len(out) == 1 else np.concatenate(out)
 
 def calls(*models: GPT2) -> list[Compiled]:

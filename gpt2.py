@@ -1,7 +1,8 @@
 """GPT-2 in tinygrad, with a preallocated KV cache: the model and nothing else, as nanoGPT's model.py is.
 
     logits = model.forward(ids, start_pos)  # ids: T token ids (an int32 Tensor) at positions start_pos..
-                                            # logits: float32 (T, vocab), the next-token logits at each
+                                            # logits: float32 (T, vocab rounded up to 64), the next-token
+                                            # logits at each (-inf for the tokens past the vocabulary)
     logits = model.logits(idx)              # training's forward: (B, T) ids at positions 0..T-1, no cache
 
 forward writes those T positions into the cache. Rolling back is calling again with a smaller start_pos:
@@ -11,7 +12,7 @@ positions at or past it are overwritten before they are read. compiled.py runs f
 from __future__ import annotations
 import math
 from dataclasses import dataclass
-from tinygrad import Context, Tensor, UOp, dtypes, nn
+from tinygrad import Context, Device, Tensor, UOp, dtypes, nn
 
 @dataclass(frozen=True)
 class GPT2Config:
@@ -47,11 +48,73 @@ def causal_mask(T: int, start_pos: int | UOp) -> Tensor | None:
   a key, one past start_pos+i. None for one query, which sees every key in the cache."""
   return Tensor.full((1, 1, T, start_pos + T), float("-inf")).triu(start_pos + 1) if T > 1 else None
 
+def splits(C: int, O: int, weight: Tensor) -> int:
+  """Into how many partial sums a product with the weight (O, C) splits its sum over the C inputs. 1 on a device
+  without workgroups (tinygrad's CPU device: a thread per core, each reading whole rows). On a GPU, the fewest S
+  for which O/4 · S threads (tinygrad's kernel gives a thread 4 outputs) read the weight: at least
+  min(32768, its bytes ÷ 64), as a GPU keeps its memory busy only with tens of thousands of loads in flight."""
+  if not Device[weight.device].renderer.has_local or C % 4 or O % 4:
+    return 1
+  enough = min(32768, C * O * weight.dtype.itemsize // 64)
+  # S a multiple of 4, so that a workgroup holds 4 or 8 neighbouring partial sums (see matvec)
+  fits = [S for S in range(4, C // 4 + 1, 4) if C // 4 % S == 0]
+  return next((S for S in fits if O // 4 * S >= enough), fits[-1] if fits else 1)
+
+def matvec(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+  """x @ weight.T + bias, for x (..., T, C) and weight (O, C), nn.Linear's layout: each output a sum of C
+  products, in float32. On a GPU that sum is split into S partial sums (splits), one kernel computing all of them
+  and a second adding them up."""
+  *lead, T, C = x.shape
+  O, S = weight.shape[0], splits(C, weight.shape[0], weight)
+  if S == 1:
+    return x.linear(weight.T, bias)
+  x = x.reshape(-1, C)
+  if x.shape[0] > 36:  # more rows than one thread holds: in blocks of 36, each reading the weight once
+    return Tensor.cat(*[matvec(block, weight, bias) for block in x.split(36)]).reshape(*lead, T, O)
+  rows = padded_rows(x.shape[0])
+  # input c = U(S·l + s) + u: partial sum s takes U neighbouring inputs of each run of U·S, so that neighbouring
+  # threads (s, s+1) read neighbouring addresses of every weight row, U at a time where the kernel's thread has
+  # registers for them (a thread holds the 4 outputs it computes for every row)
+  U = 4 if math.prod(rows) <= 15 else 1
+  xs = rows_padded(x, rows).reshape(*rows, 1, -1, S, U)
+  partial = (xs * weight.reshape(O, -1, S, U)).sum((-3, -1), dtype=dtypes.float32)  # (*rows, O, S)
+  y = partial.permute(*range(len(rows)), -1, -2).contiguous().sum(-2)
+  y = y.reshape(-1, O)[:T] if len(rows) == 1 else y[:-1, :-1].reshape(-1, O)[:T]
+  return (y if bias is None else y + bias).cast(weight.dtype).reshape(*lead, T, O)
+
+def padded_rows(R: int) -> tuple[int, ...]:
+  """How matvec lays out R rows: padded with rows that the load masks, as one axis of up to 7 or two whose
+  product is at most 49, as tinygrad gives one thread every row of such axes (its kernels unroll masked
+  axes that small), so that each weight is read once for all rows; unmasked, each row would read it again."""
+  if R == 1:
+    return (R,)
+  if R <= 6:
+    return (R + 1,)
+  return min(((a + 1, -(-R // a) + 1) for a in range(2, 7) if -(-R // a) <= 6), key=math.prod)
+
+def rows_padded(x: Tensor, rows: tuple[int, ...]) -> Tensor:
+  """x (R, C) as padded_rows lays it out: its rows, then zeros that the load masks, in rows (one axis or two)."""
+  if len(rows) == 1:
+    return x.pad(((0, rows[0] - x.shape[0]), None))
+  a, b = rows[0] - 1, rows[1] - 1
+  return x.pad(((0, a * b - x.shape[0]), None)).reshape(a, b, -1).pad(((0, 1), (0, 1), None))
+
+def padded_vocab(V: int) -> int:
+  """The vocabulary as the device sees it: V rounded up to a multiple of 64, with tokens that never occur (logit
+  -inf, probability 0). GPT-2's 50257 = 29 × 1733, so a GPU would run every sum over it as 29 threads of 1733
+  steps; tinygrad splits a sum over 50304 = 192 × 262 into 192 threads of 262 steps."""
+  return V + -V % 64
+
+class Linear(nn.Linear):
+  """nn.Linear, weight (out, in) and bias, run as matvec."""
+  def __call__(self, x: Tensor) -> Tensor:
+    return matvec(x, self.weight, self.bias)
+
 class Attention:
   def __init__(self, cfg: GPT2Config):
     self.n_head, self.head_dim = cfg.n_head, cfg.n_embd // cfg.n_head
-    self.c_attn = nn.Linear(cfg.n_embd, 3 * cfg.n_embd)  # q, k, v for all heads in one matmul
-    self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd)
+    self.c_attn = Linear(cfg.n_embd, 3 * cfg.n_embd)  # q, k, v for all heads in one matmul
+    self.c_proj = Linear(cfg.n_embd, cfg.n_embd)
     self.cache_kv: Tensor | None = None  # (2, 1, n_head, n_ctx + MAX_ROWS - 1, head_dim), made on first use
 
   def __call__(self, x: Tensor, start_pos: int | UOp | None, mask: Tensor | None = None) -> Tensor:
@@ -86,12 +149,12 @@ class LayerNorm:
     self.written = False  # whether the normalised x is written out (GPT2.prepare sets it)
 
   def __call__(self, x: Tensor) -> Tensor:
-    # E[x] and 1/sqrt(var + eps) in one kernel, var = E[x²] - E[x]² in float32 (in float16, x² overflows past
-    # 256; rounding can take it below 0 when var is near 0): the load that normalises then takes no square root
+    # E[x] and E[x²] in one kernel, as one sum over the pair stacked (a GPU splits it over a workgroup's
+    # threads; two sums in one kernel would leave the first to one thread per row); var = E[x²] - E[x]² in
+    # float32 (in float16, x² overflows past 256; rounding can take it below 0 when var is near 0)
     xf = x.float()
-    mean = xf.mean(-1, keepdim=True)
-    rstd = ((xf * xf).mean(-1, keepdim=True) - mean * mean).maximum(0).add(self.eps).rsqrt()
-    mean, rstd = Tensor.stack(mean, rstd).contiguous()
+    mean, square = Tensor.stack(xf, xf * xf).mean(-1, keepdim=True).contiguous()
+    rstd = (square - mean * mean).maximum(0).add(self.eps).rsqrt()
     normalised = ((xf - mean) * rstd * self.weight + self.bias).cast(x.dtype)
     # Inside the matmul's load it is redone for every output column: where arithmetic is scarce (tinygrad's CPU
     # device: a 5-row step's matmuls up to 1.5 times slower), compiled calls have it written out once instead
@@ -104,7 +167,7 @@ class LayerNorm:
 
 class MLP:
   def __init__(self, cfg: GPT2Config):
-    self.c_fc, self.c_proj = nn.Linear(cfg.n_embd, 4 * cfg.n_embd), nn.Linear(4 * cfg.n_embd, cfg.n_embd)
+    self.c_fc, self.c_proj = Linear(cfg.n_embd, 4 * cfg.n_embd), Linear(4 * cfg.n_embd, cfg.n_embd)
 
   def __call__(self, x: Tensor) -> Tensor:
     return self.c_proj(self.c_fc(x).gelu())  # GPT-2's gelu is the tanh approximation, as is tinygrad's
@@ -144,9 +207,9 @@ class GPT2:
         norm.pack()
 
   def forward(self, ids: Tensor, start_pos: int | UOp) -> Tensor:
-    """Float32 logits (T, vocab) after each of the T token ids (an int32 Tensor) at start_pos.., written into
-    the KV cache. No JIT: this is what a compiled call runs, with start_pos symbolic and the ids bound numbers
-    or tokens drawn on the device."""
+    """Float32 logits (T, padded_vocab(vocab)) after each of the T token ids (an int32 Tensor) at start_pos..,
+    written into the KV cache; the padding tokens' logits are -inf. No JIT: this is what a compiled call runs,
+    with start_pos symbolic and the ids bound numbers or tokens drawn on the device."""
     T = ids.shape[0]
     x = self.wte.weight[ids].unsqueeze(0)  # a gather: reads T rows of the embedding, not all of it
     # a call's padding rows may sit past the context's end: give them zero position embeddings there
@@ -154,11 +217,10 @@ class GPT2:
     mask = causal_mask(T, start_pos)  # one Tensor for all layers, one kernel (made in each, a kernel per layer)
     for block in self.h:
       x = block(x, start_pos, mask)
-    # The LM head is tied to the token embedding, over 50304 tokens, not 50257 (a prime, which no thread count
-    # divides); contiguous() before dropping the extra ones, or a lazy slice would shrink the matmul back.
+    # the LM head, tied to the token embedding, over the padded vocabulary (padded_vocab)
     V = self.config.vocab_size
-    logits = (self.ln_f(x[0]) @ self.wte.weight.pad(((0, -V % 64), None)).T).contiguous()[:, :V]
-    return logits.cast(dtypes.float32)
+    logits = matvec(self.ln_f(x[0]), self.wte.weight.pad(((0, padded_vocab(V) - V), None))).float()
+    return (Tensor.arange(logits.shape[-1]) < V).where(logits, float("-inf"))
 
   def logits(self, idx: Tensor) -> Tensor:
     """Training's forward: logits (B, T, vocab) for the token ids idx (B, T) at positions 0..T-1, no cache."""

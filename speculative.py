@@ -62,12 +62,14 @@ def draw(weights: Tensor, bits: Tensor) -> Tensor:
   # u, uniform on 0 .. total-1: floor(R · total / 2^48) for a 48-bit R = 2^24 hi + lo, in 63 bits
   hi, lo = [(bits[..., i:i + 1] >> 8).cast(dtypes.int64) for i in (0, 1)]
   u = (hi * total + ((lo * total) >> 24)) >> 24
+  # each running sum written out before the next step reads it: computed inside its reader, it would be redone
+  # by one thread for every number that thread reads (a GPU thread walking the whole CDF alone)
   blocks = counts.pad(((0, 0),) * (counts.ndim - 1) + ((0, -V % B),)).reshape(*counts.shape[:-1], -1, B)
   sums = blocks.sum(-1)
-  block = (sums.cumsum(-1) <= u).sum(-1, keepdim=True)  # the block whose counts hold u
+  block = (sums.cumsum(-1).contiguous() <= u).sum(-1, keepdim=True)  # the block whose counts hold u
   index = Tensor.arange(sums.shape[-1])
   u = u - (index < block).where(sums, 0).sum(-1, keepdim=True)
-  inside = (index == block).unsqueeze(-1).where(blocks, 0).sum(-2).cumsum(-1)
+  inside = (index == block).unsqueeze(-1).where(blocks, 0).sum(-2).contiguous().cumsum(-1).contiguous()
   return (block.squeeze(-1) * B + (inside <= u).sum(-1)).cast(dtypes.int32)
 
 def row(x: Tensor, i: Tensor) -> Tensor:
@@ -120,8 +122,9 @@ def verify(drafts: Tensor, p: Tensor, q: Tensor, k: int | UOp, bits: Tensor) -> 
   t = Tensor.arange(K)
   # Algorithm 2: "for t = 1 : K do: Sample r ~ U[0, 1] from a uniform distribution."
   r = uniform(bits[..., :K])
-  p_x = p.gather(-1, drafts.unsqueeze(-1)).squeeze(-1)
-  q_x = q[..., :K, :].gather(-1, drafts.unsqueeze(-1)).squeeze(-1)
+  # p(x̃) and q(x̃), written out: each is a sum over the vocabulary, which every later kernel would redo
+  p_x = p.gather(-1, drafts.unsqueeze(-1)).squeeze(-1).contiguous()
+  q_x = q[..., :K, :].gather(-1, drafts.unsqueeze(-1)).squeeze(-1).contiguous()
   # "if r < min(1, q/p) then Set x_{n+t} <- x̃_t and n <- n + 1. else ... exit for loop": the loop stops at
   # the first rejection, so a = the index of the first draft rejected (or k if none is)
   accepted = accept(r, p_x, q_x) & (t < k)
@@ -191,7 +194,7 @@ def lookup_round(target: GPT2, K: int, sampling: Sampling) -> Compiled:
       *given, k, seed, counter, start = rest
       drafts = symbolic_ids(given)
       q = score(target, symbolic_ids((last, *given)), start, sampling, searched)
-      return flagged(verify(drafts, one_hot(drafts, V), q, k, random_bits(seed, counter, K + 2)), q)
+      return flagged(verify(drafts, one_hot(drafts, q.shape[-1]), q, k, random_bits(seed, counter, K + 2)), q)
     variables = [bound("last", V - 1), *[bound(f"draft{t}", V - 1) for t in range(K)], bound("k", K),
                  bound("seed", SEED_MAX), bound("round", SEED_MAX), bound("start", n_ctx - 1)]
     return run, variables
