@@ -2,7 +2,7 @@
 DEV=NULL, which runs no kernel (seconds, not minutes), without JIT graphs (bench.step_cost), which gives the
 counts an H100 runs. A decode step is bound by its number of kernels as much as by its bytes, so these hold
 what gpt2.py's layer norm and attention are shaped for."""
-import os, subprocess, sys
+import json, os, subprocess, sys
 import pytest
 from tiny import REPO
 
@@ -113,3 +113,93 @@ def test_the_names_tell_an_unpadded_target_pass(missing):
   """Negative control: the same rounds built with 5 rows unpadded (the kernels before the round ran its steps'
   layout), beside steps padded to 6 rows, must miss most of the target step's kernels."""
   assert missing[(4, "round", "unpadded")] >= 20 and missing[(4, "lookup", "unpadded")] >= 20, missing
+
+# ***** on a GPU, with no GPU: the CUDA kernels that tinygrad compiles for an H100 (tests/gpu_layout.py) *****
+# gpt2-xl's widths (1600 wide, 25 heads, GPT-2's 50257 tokens) and gpt2's for the draft, one layer each: every
+# kernel of a layer is there, and compiling takes seconds. Two processes, on the 2 cores: float16 and float32,
+# each at temperature 1 and with top-k and top-p; the second also builds the controls, Algorithm 1's step with
+# its weights unsplit (the CPU's layout) and with the draw walking its CDF in one thread (the draw before).
+LAYOUT = r"""
+import json, sys
+from tinygrad import Tensor, dtypes
+import gpt2, speculative
+from gpu_layout import calls, check
+from compiled import prepare
+from sampling import Sampling
+from weights import random_model
+half, controls = sys.argv[1] == "half", sys.argv[2] == "controls"
+dtype = dtypes.float16 if half else dtypes.float32
+def models():
+  target, draft = random_model("1,25,1600", dtype, seed=0), random_model("1,12,768", dtype, seed=1)
+  prepare(target), prepare(draft)
+  return target, draft
+found = {}
+for name, sampling in (("temperature 1", Sampling()), ("top-k 50, top-p 0.9", Sampling(1.0, 50, 0.9))):
+  target, draft = models()
+  for call in calls(target, draft, 4, sampling):
+    found[f"{sys.argv[1]}, {name}: {call[0]}"] = check(*call)[1:]
+def walk(weights, bits):  # the draw before: the CDF walked by blocks, then inside one, each in one thread
+  V, B = weights.shape[-1], 256
+  counts = (weights * (2.0**38 / weights.sum(-1, keepdim=True))).round().cast(dtypes.int64)
+  total = counts.sum(-1, keepdim=True)
+  hi, lo = [(bits[..., i:i + 1] >> 8).cast(dtypes.int64) for i in (0, 1)]
+  u = (hi * total + ((lo * total) >> 24)) >> 24
+  blocks = counts.pad(((0, 0),) * (counts.ndim - 1) + ((0, -V % B),)).reshape(*counts.shape[:-1], -1, B)
+  sums = blocks.sum(-1)
+  block = (sums.cumsum(-1) <= u).sum(-1, keepdim=True)
+  index = Tensor.arange(sums.shape[-1])
+  u = u - (index < block).where(sums, 0).sum(-1, keepdim=True)
+  inside = (index == block).unsqueeze(-1).where(blocks, 0).sum(-2).cumsum(-1)
+  return (block.squeeze(-1) * B + (inside <= u).sum(-1)).cast(dtypes.int32)
+if controls:
+  draw, speculative.draw = speculative.draw, walk
+  found["serial draw"] = check(*calls(*models(), 4, Sampling())[0])[1:]
+  speculative.draw, gpt2.splits = draw, lambda *args: 1
+  found["unsplit"] = check(*calls(*models(), 4, Sampling())[0])[1:]
+print(json.dumps(found))
+"""
+
+def nvrtc_path() -> str | None:
+  """NVRTC, where tinygrad would load it: NVRTC_PATH, or NVIDIA's pip package (requirements-cuda.txt)."""
+  if os.environ.get("NVRTC_PATH"):
+    return os.environ["NVRTC_PATH"]
+  try:
+    import nvidia.cuda_nvrtc
+  except ImportError:
+    return None
+  path = os.path.join(nvidia.cuda_nvrtc.__path__[0], "lib", "libnvrtc.so.12")
+  return path if os.path.exists(path) else None
+
+@pytest.fixture(scope="module")
+def gpu_layout(tmp_path_factory) -> dict[str, list[str]]:
+  """{config and call: its faults}, compiled for an H100 in two fresh DEV=NULL:CUDA:sm_90 processes at once."""
+  if nvrtc_path() is None:
+    pytest.skip("NVRTC is not installed: pip install -r requirements-cuda.txt")
+  env = {**os.environ, "DEV": "NULL:CUDA:sm_90", "NULL_ALLOW_COPYOUT": "1", "BEAM": "0", "NVRTC_PATH": nvrtc_path(),
+         "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}
+  runs = [subprocess.Popen([sys.executable, "-c", LAYOUT, dtype, extra], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, cwd=REPO,
+                           env={**env, "CACHEDB": str(tmp_path_factory.mktemp(dtype) / "cache.db")})
+          for dtype, extra in (("half", "-"), ("float", "controls"))]
+  found = {}
+  for run in runs:
+    out, err = run.communicate(timeout=600)
+    assert run.returncode == 0, err
+    found |= json.loads(out.strip().splitlines()[-1])
+  return found
+
+def test_on_a_gpu_no_thread_walks_alone_and_every_weight_streams(gpu_layout):
+  """Algorithm 1's step, a round with a model draft and a prompt-lookup round (K = 4), float16 and float32, at
+  temperature 1 and with top-k and top-p: no thread of any kernel runs more than 1024 loop trips, every weight
+  matrix of 1 MiB or more is read by at least min(32768, its bytes ÷ 64) threads, neighbouring threads reading
+  neighbouring addresses, once for all rows, and the embedding's gather reads only the rows it needs."""
+  calls = {k: v for k, v in gpu_layout.items() if ":" in k}
+  assert len(calls) == 12 and not any(calls.values()), {k: v for k, v in calls.items() if v}
+
+def test_the_layout_check_catches_a_serial_draw_and_unsplit_weights(gpu_layout):
+  """Negative controls: the draw before (its CDF walked in one thread) and the weights read unsplit, as the CPU
+  reads them, must fail the same checks."""
+  assert any("38809 loop trips" in f for f in gpu_layout["serial draw"]), gpu_layout["serial draw"]
+  unsplit = gpu_layout["unsplit"]
+  starved = {f.split(": ")[1].split(" read by")[0] for f in unsplit if "threads, under" in f}
+  assert len(starved) == 4 and any("apart" in f for f in unsplit), unsplit  # c_fc and the MLP's c_proj: one size

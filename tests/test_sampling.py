@@ -88,6 +88,36 @@ def test_a_draw_control_is_caught():
   with pytest.raises(AssertionError):
     draws_by_weight(tokens.numpy(), weights)
 
+def edge_rows(weights: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """For integer weights summing to a power of two at most 2**24 (so that float32 sums them exactly in any
+  order, and each count, weight · 2**38 / total, is exact): the counts' running sums, values of u on either
+  side of every edge between tokens (u = cdf[i] - 1 and cdf[i]) and at 0 and the total - 1, and random bits
+  (n, 2) that give the draw those values of u."""
+  cdf = np.cumsum(weights.astype(np.int64) << (38 - (int(weights.sum()).bit_length() - 1)))
+  us = np.array(sorted({0, int(cdf[-1]) - 1} | {int(c) + d for c in cdf[weights > 0] for d in (-1, 0)}
+                       - {int(cdf[-1])}), np.int64)
+  R = us << 10  # u = floor(R · total / 2**48) for R = 2**24 hi + lo, which for total = 2**38 is R >> 10
+  low = np.random.default_rng(len(weights)).integers(0, 256, (len(us), 2))  # bits that the draw drops
+  bits = np.stack([(R >> 24) << 8 | low[:, 0], (R & 0xFFFFFF) << 8 | low[:, 1]], -1).astype(np.uint32)
+  return cdf, us, bits
+
+@pytest.mark.parametrize("V", [1, 5, 256, 300, 50257])
+def test_a_draw_returns_the_inverse_cdfs_token_on_either_side_of_every_edge(V):
+  """Given the same weights and random bits, the draw returns the token of the module docstring's inverse CDF
+  on integer counts, exactly: the first whose running sum passes u, at both sides of every token's last count,
+  with zero-weight tokens at the first, last and a block's edge (vocabularies that are and are not whole
+  blocks of 256). A control, the same CDF read one count off (the first running sum at least u), gives other
+  tokens on these rows."""
+  rng = np.random.default_rng(V)
+  weights = rng.integers(0, max(2, 2**22 // V), V) * (rng.random(V) < 0.5)
+  weights[[0, -1, min(255, V - 1)]] = 0
+  weights[V // 2] += 2**int(weights.sum()).bit_length() - weights.sum()  # the total a power of two
+  assert weights.sum() == 2**(int(weights.sum()).bit_length() - 1) <= 2**24
+  cdf, us, bits = edge_rows(weights)
+  got = draw(Tensor(weights.astype(np.float32)).reshape(1, V).expand(len(bits), V), Tensor(bits)).numpy()
+  np.testing.assert_array_equal(got, np.searchsorted(cdf, us, side="right"))
+  assert V == 1 or (np.searchsorted(cdf, us, side="left") != got).any()
+
 # --- the bit-by-bit search itself, on keys built to catch an off-by-one in any bit ---
 
 def reaching_reference(key: np.ndarray, target: int, weight: np.ndarray | None) -> np.ndarray:
