@@ -21,6 +21,7 @@ def tiny_pair(folder: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path]:
   shape = dict(n_layer=1, n_head=2, n_embd=16, vocab_size=64, n_ctx=64)
   return write_checkpoint(folder / "target", seed=1, **shape), write_checkpoint(folder / "draft", seed=2, **shape)
 
+@pytest.mark.slow
 def test_sweep_prints_the_table_and_writes_plots_and_json(tmp_path):
   pytest.importorskip("matplotlib", reason="--sweep draws with matplotlib: see requirements-dev.txt")
   target, draft = tiny_pair(tmp_path)
@@ -32,6 +33,7 @@ def test_sweep_prints_the_table_and_writes_plots_and_json(tmp_path):
   assert [row["K"] for row in results["rows"]] == [1, 2] and results["bandwidth"] == 10e9
   assert len(list((tmp_path / "out").glob("*.png"))) == 3
 
+@pytest.mark.slow
 def test_table_has_ms_per_round_the_alpha_line_and_the_floor(tmp_path):
   out = bench("--random", "--target", "1,2,16", "--draft", "1,1,8", "-K", "2", "--max-new-tokens", "4",
               "--prompts", "1", "--greedy", "--bandwidth", "100", "--out", str(tmp_path))
@@ -53,6 +55,7 @@ def test_table_has_ms_per_round_the_alpha_line_and_the_floor(tmp_path):
   assert "runs (K values × prompts)" in out.stderr
   assert "kernels: tinygrad's default ones (the search is off" in out.stdout  # the suite runs with BEAM=0
 
+@pytest.mark.slow
 def test_scoring_prints_total_host_and_ratio_per_T():
   out = bench("--random", "--target", "1,2,16", "--scoring")
   assert out.returncode == 0, out.stderr
@@ -72,6 +75,7 @@ def test_scoring_prints_total_host_and_ratio_per_T():
   assert "memory-bandwidth floor" in out.stdout and "x the floor" in out.stdout  # the bandwidth, measured
   assert "kernels: tinygrad's default ones" in out.stdout
 
+@pytest.mark.slow
 def test_bench_never_searches_unless_asked(tmp_path):
   """With the search on but nothing searched on this machine, bench.py times tinygrad's default kernels, says
   so, and searches nothing: a search never lands in a timing (--search runs it first, untimed)."""
@@ -82,6 +86,7 @@ def test_bench_never_searches_unless_asked(tmp_path):
   tables = sqlite3.connect(tmp_path / "cache.db").execute("SELECT name FROM sqlite_master").fetchall()
   assert not [t for t, in tables if t.startswith("beam_search")]
 
+@pytest.mark.slow
 def test_search_covers_the_steps_that_the_round_is_timed_against(tmp_path):
   """--search searches every compiled call before timing, the steps that a round's parts are timed on included
   (the draft's 2-row and 1-row steps, the target's K+1 rows and 1 row): else the round would run searched
@@ -94,6 +99,7 @@ def test_search_covers_the_steps_that_the_round_is_timed_against(tmp_path):
   assert out.returncode == 0, out.stderr
   assert "kernels: searched (tinygrad's BEAM search, cached on this machine)" in out.stdout, out.stdout[-1500:]
 
+@pytest.mark.slow
 def test_scoring_on_null_reports_host_work_and_no_arithmetic_rate():
   # DEV=NULL runs no kernel: a GFLOP/s figure there would be a fiction, and the floor needs a given bandwidth
   out = run_script("bench.py", "--random", "--target", "1,2,16", "--scoring", "--bandwidth", "100",
@@ -104,6 +110,7 @@ def test_scoring_on_null_reports_host_work_and_no_arithmetic_rate():
   assert [line.split()[5] for line in lines[header + 1:header + 9]] == ["-"] * 8
   assert "host work only" in out.stdout
 
+@pytest.mark.slow
 @pytest.mark.skipif(not TOKENIZER_DIR.is_dir(), reason=f"--prompt needs GPT-2's tokenizer in {TOKENIZER_DIR}")
 def test_own_prompt_is_used_whole(tmp_path):
   prompt = "one two three one two three one two three one two"

@@ -25,6 +25,7 @@ autoregressive_sample(target, [1, 2, 3], 5, rows=4, seed=0)
 print(Device.DEFAULT, sorted(Device._opened_devices))
 """
 
+@pytest.mark.slow
 def test_a_generation_on_a_gpu_device_never_opens_the_cpu_device(tmp_path):
   """DEV=NULL stands in for a GPU: it runs no kernel, and NULL_ALLOW_COPYOUT lets results be read (as zeros).
   Loading, both algorithms and every read of a result must leave tinygrad's CPU device closed."""
@@ -37,6 +38,7 @@ def test_a_generation_on_a_gpu_device_never_opens_the_cpu_device(tmp_path):
   device, opened = out.stdout.strip().splitlines()[-1].split(" ", 1)
   assert device == "NULL" and "'CPU'" not in opened, out.stdout
 
+@pytest.mark.slow
 @needs_opencl
 def test_a_run_on_opencl_needs_no_c_compiler(tmp_path):
   """The issue's command: with CC=/bin/false, any clang call fails; on DEV=CL the run must not make one."""

@@ -134,6 +134,7 @@ def searches() -> int:
   except sqlite3.OperationalError:  # no search yet: no table
     return 0
 
+@pytest.mark.slow
 def test_search_is_never_in_a_call_and_gives_the_same_logits(tmp_path, monkeypatch):
   """The fast path, which the rest of the suite skips (tests/conftest.py). A call never searches: a new step
   compiles with the default kernels until its search() has searched it, which sends its kernels through

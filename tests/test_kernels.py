@@ -6,6 +6,8 @@ import json, os, subprocess, sys
 import pytest
 from tiny import REPO
 
+pytestmark = pytest.mark.slow  # the slow tier: python -m pytest -m slow
+
 # One block's 11 kernels: ln_1's statistics; q, k, v (ln_1's normalisation inside its load); the KV write; the
 # scores; their max; the sum of exp(scores - max); the product with v; c_proj; ln_2's statistics; c_fc; and
 # c_proj (gelu inside its load). Around the 12 blocks, 10: the token ids, the embeddings, ln_f's statistics, the

@@ -11,6 +11,8 @@ from __future__ import annotations
 import pathlib, sys, time
 import pytest
 
+pytestmark = pytest.mark.slow  # the slow tier: python -m pytest -m slow
+
 NEEDS_TOOLS = "notebook tests need the notebook tools: pip install -r requirements-dev.txt"
 nbformat = pytest.importorskip("nbformat", reason=NEEDS_TOOLS)
 nbclient = pytest.importorskip("nbclient", reason=NEEDS_TOOLS)

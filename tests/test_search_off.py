@@ -5,6 +5,8 @@ import os, subprocess, sys
 import pytest
 from tiny import REPO, TOKENIZER_DIR, small_docs, write_checkpoint
 
+pytestmark = pytest.mark.slow  # the slow tier: python -m pytest -m slow
+
 NEEDS = "training runs in PyTorch on transformers' GPT2LMHeadModel: pip install -r requirements-hf.txt"
 
 SCRIPT = """

@@ -271,6 +271,7 @@ def gpt2_vocab_models(tmp_path_factory):
           str(write_checkpoint(root / "draft", std=0.45, **shape)),
           "--tokenizer", str(TOKENIZER_DIR)]
 
+@pytest.mark.slow
 def test_cli_prints_text_and_stats(gpt2_vocab_models):
   target, draft, *tok = gpt2_vocab_models
   args = ["--prompt", "Alan Turing theorized that", "--target", target, "--draft", draft, *tok,
@@ -284,6 +285,7 @@ def test_cli_prints_text_and_stats(gpt2_vocab_models):
   text = lambda out: out.split("\n\n---")[0]
   assert text(first.stdout) == text(second.stdout)  # same seed, same tokens
 
+@pytest.mark.slow
 def test_cli_compare_and_trace(gpt2_vocab_models):
   target, draft, *tok = gpt2_vocab_models
   out = cli("--prompt", "Hello", "--target", target, "--draft", draft, *tok, "--max-new-tokens", "10",
@@ -292,6 +294,7 @@ def test_cli_compare_and_trace(gpt2_vocab_models):
   assert ("Algorithm 1 (auto-regressive)" in out.stdout and "x measured" in out.stdout
           and "\033[3" in out.stdout)
 
+@pytest.mark.slow
 def test_cli_ngram_draft_greedy_prints_the_targets_greedy_text(gpt2_vocab_models):
   """--draft ngram --temperature 0 --compare: Algorithm 2's text is exactly Algorithm 1's greedy text."""
   target, _, *tok = gpt2_vocab_models
@@ -302,6 +305,7 @@ def test_cli_ngram_draft_greedy_prints_the_targets_greedy_text(gpt2_vocab_models
   alg1 = out.stdout.split("\n\n--- Algorithm 1")[0].rsplit("\n\n", 1)[-1].strip()
   assert alg2.strip() == alg1 and "draft ngram" in out.stdout
 
+@pytest.mark.slow
 def test_cli_says_that_the_context_ended_the_run(gpt2_vocab_models):
   """A run that the context cuts short says so, rather than printing fewer tokens without a word."""
   target, draft, *tok = gpt2_vocab_models
@@ -348,6 +352,7 @@ def test_cli_bad_input_gets_one_sentence_and_exit_2(gpt2_vocab_models, tmp_path)
     assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1, \
       f"{case}: {out.stderr}"
 
+@pytest.mark.slow
 def test_with_dev_unset_a_cpu_opencl_driver_gives_way_to_the_cpu_device(gpt2_vocab_models):
   """With DEV unset, tinygrad picks OpenCL where a driver is installed; where that driver runs on this machine's
   CPU (pocl, as CI installs it), the run uses tinygrad's CPU device instead and says so in one line."""
@@ -373,6 +378,7 @@ def searched_kernels(cache: str) -> int:
   except sqlite3.OperationalError:  # no search yet: no table
     return 0
 
+@pytest.mark.slow
 def test_the_search_stops_at_its_bound_and_the_next_run_goes_on(gpt2_vocab_models, tmp_path):
   """A run whose search outlasts --search-minutes stops it by itself, says how far it got, and exits 0 soon
   after the bound; what it searched stays in the cache, and the next run goes on from there to the end."""
@@ -389,6 +395,7 @@ def test_the_search_stops_at_its_bound_and_the_next_run_goes_on(gpt2_vocab_model
   assert rest.returncode == 0 and "searched: later runs use these kernels" in rest.stderr, rest.stderr
   assert searched_kernels(cache) > first
 
+@pytest.mark.slow
 def test_first_run_says_its_kernels_are_not_searched_and_ctrl_c_ends_the_search(gpt2_vocab_models, tmp_path):
   """With the search on and an empty cache, a run compiles tinygrad's default kernels only, says so, prints
   its text, and then searches for later runs, with a line on stderr at least every 10 seconds. Ctrl-C

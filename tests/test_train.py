@@ -153,6 +153,7 @@ def test_held_out_files_are_named_by_their_crc():
   assert not train.held_out("library/os") and not train.held_out("library/functions")
   assert train.held_out("reference/compound_stmts") and train.held_out("tutorial/modules")
 
+@pytest.mark.slow
 @NEEDS_DOCS
 def test_the_documentation_becomes_prose_with_no_markup_left():
   """Every file that goes in (TREES) converts with no role, literal, directive or comment left, no blank line
@@ -166,6 +167,7 @@ def test_the_documentation_becomes_prose_with_no_markup_left():
   assert ("Return the absolute value of a number. The argument may be an integer, a floating point number, or an "
           "object implementing __abs__().") in train_files["library/functions"]
 
+@pytest.mark.slow
 @NEEDS_DOCS
 @NEEDS_TOKENIZER
 def test_corpus_splits_by_file_and_emits_only_what_training_uses():
@@ -208,6 +210,7 @@ def test_bigram_baseline_leaves_out_the_tokens_it_may_not_emit():
 TINY = train.Recipe(train.GPT2Config(n_layer=1, n_head=2, n_embd=16, n_ctx=32), steps=40, lr=1e-2, dropout=0.1,
                     weight_decay=0.1, batch=4, warmup=5, eval_every=20, patience=2)
 
+@pytest.mark.slow
 def test_export_keeps_the_used_tokens_and_silences_the_rest():
   """The torch model over the used tokens and OTHER, pinned and exported through gpt2.py and widened to 50257
   tokens, gives the used tokens the torch model's logits, and every other token together less than 1e-6 of
@@ -239,6 +242,7 @@ def test_export_keeps_the_used_tokens_and_silences_the_rest():
   back = train.restrict(full, used).logits(Tensor([ids])).numpy()[0]
   np.testing.assert_allclose(back, small, atol=1e-4)
 
+@pytest.mark.slow
 def test_training_and_scoring_leave_out_other_targets():
   """cross_entropy and scores leave out the targets that are OTHER (the model's last token): a stream whose
   every other target is OTHER scores as the mean over the rest."""
@@ -257,6 +261,7 @@ def test_training_and_scoring_leave_out_other_targets():
   assert train.scores(hf, tokens, 32, chunk=1)[0] == pytest.approx(expected, rel=1e-5)
   assert train.val_loss(hf, tokens, 32) == pytest.approx(expected, rel=1e-5)
 
+@pytest.mark.slow
 @NEEDS_TOKENIZER
 def test_a_short_run_learns_resumes_and_saves_a_loadable_model(tmp_path):
   """40 steps of a tiny model on a small folder of sources: the validation loss falls well below the uniform
@@ -282,6 +287,7 @@ def test_a_short_run_learns_resumes_and_saves_a_loadable_model(tmp_path):
   assert (tmp_path / "out3" / "tiny" / "model.safetensors").read_bytes() == \
          (tmp_path / "out" / "tiny" / "model.safetensors").read_bytes()
 
+@pytest.mark.slow
 @NEEDS_TOKENIZER
 def test_fine_tuning_follows_pretraining_and_exports_its_own_weights(tmp_path):
   """With unlikelihood steps in the recipe, train fine-tunes after pretraining (6 steps, their history saved),
@@ -306,6 +312,7 @@ def test_repeats_marks_the_loops_of_the_continuation_only():
   assert not train.repeats([1, 2, 3, 4, 1, 2, 3, 4], 4).any()
   assert not train.repeats(list(range(20)) + [1, 2, 3], 0).any()  # 3 tokens again are not a 4-gram
 
+@pytest.mark.slow
 def test_unlikelihood_steps_push_a_loop_down():
   """A tiny untrained model's greedy text loops (one token over and over); greedy_loops finds the loop, and 10
   optimiser steps on unlikelihood_loss take the probability of the loop's tokens below half of what it was.
@@ -348,6 +355,7 @@ def test_strays_marks_the_words_the_training_text_never_uses():
     assert b"".join(pieces) == b"".join(enc.decode_single_token_bytes(int(i)) for i in used)
     assert pieces[-1] == b"" and words == {b"The", b"kind", b"of", b"thing"}
 
+@pytest.mark.slow
 def test_token_unlikelihood_pushes_down_the_tokens_the_window_already_held():
   """cross_entropy with alpha adds alpha times token-level unlikelihood: at each position t, -log(1 - p(c)) for
   every token c among the window's inputs up to t, but the target and OTHER, summed, then averaged over the
@@ -370,6 +378,7 @@ def test_token_unlikelihood_pushes_down_the_tokens_the_window_already_held():
   assert with_ul == pytest.approx(ce + 0.5 * total / y.size, rel=1e-4)
   assert with_ul > ce and train.cross_entropy(hf, tokens, 0, 3, r, alpha=0.0).item() == ce
 
+@pytest.mark.slow
 def test_the_moving_average_follows_the_weights_by_one_minus_the_decay():
   """follow moves each averaged weight 1 - decay of the way to the model's; pin's constants stay exact. Control:
   without averaging (decay 0) averaged returns the model itself, and follow changes nothing."""
