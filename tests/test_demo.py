@@ -16,9 +16,8 @@ from sampling import Sampling
 from speculative import ModelDraft, autoregressive_sample, speculative_sample
 from weights import DEMO, load_model, load_tokenizer
 
-pytestmark = pytest.mark.slow  # the slow tier: python -m pytest -m slow
-
-pytestmark = [pytest.mark.skipif(not all((d / "model.safetensors").is_file() for d in DEMO.values()),
+pytestmark = [pytest.mark.slow,  # the slow tier: python -m pytest -m slow
+              pytest.mark.skipif(not all((d / "model.safetensors").is_file() for d in DEMO.values()),
                                  reason="the demo pair is not in demo/"),
               pytest.mark.skipif(not train.DOCS.is_dir(), reason=f"no documentation sources in {train.DOCS}: "
                                  "apt-get install -y python3.11-doc")]
