@@ -56,8 +56,9 @@ def splits(C: int, O: int, weight: Tensor) -> int:
   if not Device[weight.device].renderer.has_local or C % 4 or O % 4:
     return 1
   enough = min(32768, C * O * weight.dtype.itemsize // 64)
-  # S a multiple of 4, so that a workgroup holds 4 or 8 neighbouring partial sums (see matvec)
-  fits = [S for S in range(4, C // 4 + 1, 4) if C // 4 % S == 0]
+  # S a multiple of 4, so that a workgroup holds 4 or 8 neighbouring partial sums (see matvec), and one that
+  # leaves runs of 4 inputs whole where C allows (C/4 even), else of 1
+  fits = [S for S in range(4, C // 4 + 1, 4) if C // 4 % S == 0] or [S for S in range(4, C + 1, 4) if C % S == 0]
   return next((S for S in fits if O // 4 * S >= enough), fits[-1] if fits else 1)
 
 def matvec(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
@@ -75,7 +76,7 @@ def matvec(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
   # input c = U(S·l + s) + u: partial sum s takes U neighbouring inputs of each run of U·S, so that neighbouring
   # threads (s, s+1) read neighbouring addresses of every weight row, U at a time where the kernel's thread has
   # registers for them (a thread holds the 4 outputs it computes for every row)
-  U = 4 if math.prod(rows) <= 15 else 1
+  U = 4 if math.prod(rows) <= 15 and C % (4 * S) == 0 else 1
   xs = rows_padded(x, rows).reshape(*rows, 1, -1, S, U)
   partial = (xs * weight.reshape(O, -1, S, U)).sum((-3, -1), dtype=dtypes.float32)  # (*rows, O, S)
   y = partial.permute(*range(len(rows)), -1, -2).contiguous().sum(-2)

@@ -80,7 +80,8 @@ def row(x: Tensor, i: Tensor) -> Tensor:
 def flagged(result: Tensor, *probs: Tensor) -> Tensor:
   """What a compiled call returns: its int32 result, then 1 if any row of any of probs sums to NaN or infinity
   (corrupt weights), else 0."""
-  sums = Tensor.cat(*[p.sum(-1).flatten() for p in probs])
+  # the sums written out first: left inside the result's kernel, each of its threads would redo every row's sum
+  sums = Tensor.cat(*[p.sum(-1).flatten() for p in probs]).contiguous()
   return result.cat((sums.isnan() | sums.isinf()).max().cast(dtypes.int32).reshape(1)).contiguous()
 
 # ***** Algorithm 2's lines, as Tensor code *****
