@@ -78,8 +78,9 @@ def value(u: UOp, at: dict[UOp, int]) -> int:
     return value(u.src[1], at) if value(u.src[0], at) else value(u.src[2], at)
   return INTEGER[u.op](value(u.src[0], at), value(u.src[1], at)) if u.op in INTEGER else 0
 
-def loads(code: list[UOp]) -> list[tuple[int, int, UOp, UOp | None, int]]:
-  """Each load of a kernel argument: (its elements, elements per load, address, gate or None, trips around it)."""
+def loads(code: list[UOp]) -> list[tuple[int, int, int, UOp, UOp | None, int]]:
+  """Each load of a kernel argument: (its slot, its elements, elements per load, address, gate or None, trips
+  around it)."""
   found, bounds = [], []
   for u in code:
     if u.op is Ops.RANGE:
@@ -89,21 +90,21 @@ def loads(code: list[UOp]) -> list[tuple[int, int, UOp, UOp | None, int]]:
     elif u.op is Ops.LOAD and u.src[0].op in (Ops.SHRINK, Ops.INDEX) and u.src[0].src[0].op is Ops.PARAM:
       where, arg = u.src[0], u.src[0].src[0]
       width = int(where.src[2].vmax) if where.op is Ops.SHRINK else 1
-      found.append((int(arg.src[0].vmax), width, where.src[1], u.src[2] if len(u.src) > 2 else None,
+      found.append((arg.arg.slot, int(arg.src[0].vmax), width, where.src[1], u.src[2] if len(u.src) > 2 else None,
                     math.prod(bounds)))
   return found
 
 def kernel(program: UOp, weights: dict[int, str]) -> Kernel:
-  """A PROGRAM's launch, loops and reads of the weights, given by their element counts."""
+  """A PROGRAM's launch, loops and reads of the weights, given as {argument slot: weight name}."""
   info, code = program.arg, list(program.src[1].src)
   sizes = [int(s) if not isinstance(s, UOp) else VARIABLE_TRIPS for s in info.global_size]
   threads = math.prod(sizes) * math.prod(info.local_size or (1,))
   special = {u.arg: u for u in code if u.op is Ops.SPECIAL}
   neighbour = special.get("lidx0", special.get("gidx0"))  # the thread index that moves fastest
   looped, by_weight = trips(code), {}
-  for size, width, address, gate, n in loads(code):
-    if size in weights:
-      by_weight.setdefault(weights[size], []).append((size, width, address, gate, n))
+  for slot, size, width, address, gate, n in loads(code):
+    if slot in weights:
+      by_weight.setdefault(weights[slot], []).append((size, width, address, gate, n))
   reads, gathered = [], {}
   for name, found in by_weight.items():
     if looped or any(gate is None for _, _, _, gate, _ in found):  # a gather's loads have no loop, and a gate
@@ -126,26 +127,27 @@ def gated(found: list, specials: list[UOp]) -> int:
 
 # ***** a compiled call's kernels, and the bars *****
 
-def launched(call, values: list[int]) -> list[UOp]:
-  """The PROGRAMs one replay of a compiled call launches, in order (a fresh copy of it without JIT graphs)."""
+def launched(call, values: list[int]) -> list[tuple[UOp, list]]:
+  """The PROGRAMs one replay of a compiled call launches, in order, each with the buffers it is given (a fresh
+  copy of the call without JIT graphs)."""
   from compiled import Compiled
   with Context(JIT=2):
     alone = Compiled(call.name, call.signature, 0, call.build)
     for _ in range(3):  # compile, capture, replay
       alone(*values)
-  return [c.src[0] for c in alone.jit.captured.linear.src if c.src[0].op is Ops.PROGRAM]
+  return [(c.src[0], [b.buffer for b in c.src[1:]]) for c in alone.jit.captured.linear.src
+          if c.src[0].op is Ops.PROGRAM]
 
 def matrices(*models) -> dict[int, tuple[str, int]]:
-  """The models' weight matrices by element count (a kernel names its arguments by size alone): {elements:
-  (names, bytes)}, where matrices of one size share a line of names."""
+  """The models' weight matrices by their buffers (every layer's are the first layer's names): {id(buffer):
+  (name, bytes)}. Buffers, not sizes: a partial sum or the position embedding may have a weight's size."""
   found: dict[int, tuple[str, int]] = {}
   for role, m in zip(("target", "draft"), models):
-    block = m.h[0]
-    for name, w in (("c_attn", block.attn.c_attn.weight), ("attn.c_proj", block.attn.c_proj.weight),
-                    ("c_fc", block.mlp.c_fc.weight), ("mlp.c_proj", block.mlp.c_proj.weight),
-                    ("wte", m.wte.weight)):
-      names = found.get(w.numel(), ("", 0))[0]
-      found[w.numel()] = (f"{names} / {role} {name}" if names else f"{role} {name}", w.nbytes())
+    for block in m.h:
+      for name, w in (("c_attn", block.attn.c_attn.weight), ("attn.c_proj", block.attn.c_proj.weight),
+                      ("c_fc", block.mlp.c_fc.weight), ("mlp.c_proj", block.mlp.c_proj.weight)):
+        found[id(w.uop.buffer)] = (f"{role} {name}", w.nbytes())
+    found[id(m.wte.weight.uop.buffer)] = (f"{role} wte", m.wte.weight.nbytes())
   return found
 
 def faults(kernels: list[Kernel], weights: dict[int, tuple[str, int]], rows: int, width: int) -> list[str]:
@@ -169,7 +171,7 @@ def faults(kernels: list[Kernel], weights: dict[int, tuple[str, int]], rows: int
     for name, elements in k.gathered.items():
       if "wte" in name and elements > rows * width:
         out.append(f"{k.name}: the gather reads {elements} elements of {name}, {rows * width} needed")
-  missed = [name for name, nbytes in weights.values() if nbytes >= 2**20 and name not in streamed]
+  missed = dict.fromkeys(name for name, nbytes in weights.values() if nbytes >= 2**20 and name not in streamed)
   return out + [f"no reduction reads {w}" for w in missed]
 
 def calls(target, draft, K: int, sampling) -> list[tuple[str, object, list[int], int, list]]:
@@ -185,8 +187,8 @@ def calls(target, draft, K: int, sampling) -> list[tuple[str, object, list[int],
 def check(name: str, call, values: list[int], rows: int, models: list) -> list[str]:
   """A call's line (its kernels, those over the trip bar, its faults), then one line a fault."""
   weights = matrices(*models)
-  kernels = [kernel(p, {elements: names for elements, (names, _) in weights.items()})
-             for p in launched(call, values)]
+  kernels = [kernel(p, {slot: weights[id(b)][0] for slot, b in enumerate(buffers) if id(b) in weights})
+             for p, buffers in launched(call, values)]
   found = faults(kernels, weights, rows, max(m.config.n_embd for m in models))
   return [f"{name}: {len(kernels)} kernels, {sum(k.trips > MAX_TRIPS for k in kernels)} over {MAX_TRIPS} loop "
           f"trips a thread, {len(found)} faults", *[f"  {f}" for f in found]]

@@ -119,8 +119,9 @@ def test_the_names_tell_an_unpadded_target_pass(missing):
 # ***** on a GPU, with no GPU: the CUDA kernels that tinygrad compiles for an H100 (tests/gpu_layout.py) *****
 # gpt2-xl's widths (1600 wide, 25 heads, GPT-2's 50257 tokens) and gpt2's for the draft, one layer each: every
 # kernel of a layer is there, and compiling takes seconds. Two processes, on the 2 cores: float16 and float32,
-# each at temperature 1 and with top-k and top-p; the second also builds the controls, Algorithm 1's step with
-# its weights unsplit (the CPU's layout) and with the draw walking its CDF in one thread (the draw before).
+# each at temperature 1 and with top-k and top-p; the first also K = 16 for a target 1024 wide (gpt2-medium's
+# width), the second the controls, Algorithm 1's step with its weights unsplit (the CPU's layout) and with the
+# draw walking its CDF in one thread (the draw before).
 LAYOUT = r"""
 import json, sys
 from tinygrad import Tensor, dtypes
@@ -131,8 +132,8 @@ from sampling import Sampling
 from weights import random_model
 half, controls = sys.argv[1] == "half", sys.argv[2] == "controls"
 dtype = dtypes.float16 if half else dtypes.float32
-def models():
-  target, draft = random_model("1,25,1600", dtype, seed=0), random_model("1,12,768", dtype, seed=1)
+def models(target="1,25,1600"):
+  target, draft = random_model(target, dtype, seed=0), random_model("1,12,768", dtype, seed=1)
   prepare(target), prepare(draft)
   return target, draft
 found = {}
@@ -140,6 +141,9 @@ for name, sampling in (("temperature 1", Sampling()), ("top-k 50, top-p 0.9", Sa
   target, draft = models()
   for call in calls(target, draft, 4, sampling):
     found[f"{sys.argv[1]}, {name}: {call[0]}"] = check(*call)[1:]
+if not controls:  # gpt2-medium's width, whose position embedding has attention c_proj's size, and 17 rows
+  for call in calls(*models("1,16,1024"), 16, Sampling()):
+    found[f"{sys.argv[1]}, 1024 wide: {call[0]}"] = check(*call)[1:]
 def walk(weights, bits):  # the draw before: the CDF walked by blocks, then inside one, each in one thread
   V, B = weights.shape[-1], 256
   counts = (weights * (2.0**38 / weights.sum(-1, keepdim=True))).round().cast(dtypes.int64)
@@ -192,11 +196,12 @@ def gpu_layout(tmp_path_factory) -> dict[str, list[str]]:
 
 def test_on_a_gpu_no_thread_walks_alone_and_every_weight_streams(gpu_layout):
   """Algorithm 1's step, a round with a model draft and a prompt-lookup round (K = 4), float16 and float32, at
-  temperature 1 and with top-k and top-p: no thread of any kernel runs more than 1024 loop trips, every weight
-  matrix of 1 MiB or more is read by at least min(32768, its bytes ÷ 64) threads, neighbouring threads reading
-  neighbouring addresses, once for all rows, and the embedding's gather reads only the rows it needs."""
+  temperature 1 and with top-k and top-p, and the three at K = 16 for a target 1024 wide: no thread of any kernel
+  runs more than 1024 loop trips, every weight matrix of 1 MiB or more is read by at least min(32768, its bytes ÷
+  64) threads, neighbouring threads reading neighbouring addresses, once for all rows, and the embedding's gather
+  reads only the rows it needs."""
   calls = {k: v for k, v in gpu_layout.items() if ":" in k}
-  assert len(calls) == 12 and not any(calls.values()), {k: v for k, v in calls.items() if v}
+  assert len(calls) == 15 and not any(calls.values()), {k: v for k, v in calls.items() if v}
 
 def test_the_layout_check_catches_a_serial_draw_and_unsplit_weights(gpu_layout):
   """Negative controls: the draw before (its CDF walked in one thread) and the weights read unsplit, as the CPU
@@ -204,4 +209,4 @@ def test_the_layout_check_catches_a_serial_draw_and_unsplit_weights(gpu_layout):
   assert any("38809 loop trips" in f for f in gpu_layout["serial draw"]), gpu_layout["serial draw"]
   unsplit = gpu_layout["unsplit"]
   starved = {f.split(": ")[1].split(" read by")[0] for f in unsplit if "threads, under" in f}
-  assert len(starved) == 4 and any("apart" in f for f in unsplit), unsplit  # c_fc and the MLP's c_proj: one size
+  assert len(starved) == 5 and any("apart" in f for f in unsplit), unsplit  # the four matrices and the LM head
