@@ -48,12 +48,17 @@ def causal_mask(T: int, start_pos: int | UOp) -> Tensor | None:
   a key, one past start_pos+i. None for one query, which sees every key in the cache."""
   return Tensor.full((1, 1, T, start_pos + T), float("-inf")).triu(start_pos + 1) if T > 1 else None
 
+def workgroups(device: str) -> bool:
+  """Whether the device runs threads in workgroups (a GPU; OpenCL): there matvec splits its sums and lays out its
+  rows itself. tinygrad's CPU device runs a thread per core."""
+  return Device[device].renderer.has_local
+
 def splits(C: int, O: int, weight: Tensor) -> int:
   """Into how many partial sums a product with the weight (O, C) splits its sum over the C inputs. 1 on a device
   without workgroups (tinygrad's CPU device: a thread per core, each reading whole rows). On a GPU, the fewest S
   for which O/4 · S threads (tinygrad's kernel gives a thread 4 outputs) read the weight: at least
   min(32768, its bytes ÷ 64), as a GPU keeps its memory busy only with tens of thousands of loads in flight."""
-  if not Device[weight.device].renderer.has_local or C % 4 or O % 4:
+  if not workgroups(weight.device) or C % 4 or O % 4:
     return 1
   enough = min(32768, C * O * weight.dtype.itemsize // 64)
   # S a multiple of 4, so that a workgroup holds 4 or 8 neighbouring partial sums (see matvec), and one that

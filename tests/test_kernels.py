@@ -144,19 +144,12 @@ for name, sampling in (("temperature 1", Sampling()), ("top-k 50, top-p 0.9", Sa
 if not controls:  # gpt2-medium's width, whose position embedding has attention c_proj's size, and 17 rows
   for call in calls(*models("1,16,1024"), 16, Sampling()):
     found[f"{sys.argv[1]}, 1024 wide: {call[0]}"] = check(*call)[1:]
-def walk(weights, bits):  # the draw before: the CDF walked by blocks, then inside one, each in one thread
-  V, B = weights.shape[-1], 256
-  counts = (weights * (2.0**38 / weights.sum(-1, keepdim=True))).round().cast(dtypes.int64)
-  total = counts.sum(-1, keepdim=True)
-  hi, lo = [(bits[..., i:i + 1] >> 8).cast(dtypes.int64) for i in (0, 1)]
-  u = (hi * total + ((lo * total) >> 24)) >> 24
-  blocks = counts.pad(((0, 0),) * (counts.ndim - 1) + ((0, -V % B),)).reshape(*counts.shape[:-1], -1, B)
-  sums = blocks.sum(-1)
-  block = (sums.cumsum(-1) <= u).sum(-1, keepdim=True)
-  index = Tensor.arange(sums.shape[-1])
-  u = u - (index < block).where(sums, 0).sum(-1, keepdim=True)
-  inside = (index == block).unsqueeze(-1).where(blocks, 0).sum(-2).cumsum(-1)
-  return (block.squeeze(-1) * B + (inside <= u).sum(-1)).cast(dtypes.int32)
+def walk(weights, bits):  # the draw before: the same Tensor code with its running sums left inside their readers
+  contiguous, Tensor.contiguous = Tensor.contiguous, lambda self, *args, **kwargs: self
+  try:
+    return draw(weights, bits)
+  finally:
+    Tensor.contiguous = contiguous
 if controls:
   draw, speculative.draw = speculative.draw, walk
   found["serial draw"] = check(*calls(*models(), 4, Sampling())[0])[1:]
