@@ -10,9 +10,11 @@
 
 Method: after a warm-up that compiles every kernel, each prompt is continued by Algorithm 1 and then by
 Algorithm 2 with the same seed, prompt by prompt, so that a change of load on the machine touches both
-alike. Every run makes exactly --max-new-tokens tokens (no stop at <|endoftext|>); its time includes the
-prompt's prefill, as a user waits for it. The table pools the prompts; the plots show their mean and
-standard deviation. Set the device with DEV=... On DEV=NULL (tinygrad's device that runs no kernel and
+alike. Every run makes exactly --max-new-tokens tokens (no stop at <|endoftext|>). The table's ms a token and
+speedup are the decode's, the prompt's prefill left out of both; the time plot includes it, as a user waits
+for it. After each run a round, its parts and Algorithm 1's call are replayed in turn: the cost model's c, r
+and o, and its prediction beside the measured speedup. The table pools the prompts; the plots show their mean
+and standard deviation. Set the device with DEV=... On DEV=NULL (tinygrad's device that runs no kernel and
 reads back zeros) every time is host work: what Python and tinygrad spend around the kernels.
 
 Where the time goes: the table's header gives the weights each algorithm reads per token, its footer the
@@ -28,13 +30,13 @@ import tiktoken
 from tinygrad import Context, Device, Tensor, TinyJit, dtypes
 from tinygrad.helpers import GlobalCounters, tqdm
 from tinygrad.nn.state import get_parameters
-from compiled import Compiled, calls, searching, step, time_step
+from compiled import Compiled, calls, searching, step
 from gpt2 import GPT2
 from sampling import Sampling
 from session import check, load_draft, load_target, main, options, search_kernels, time_parts, warm_up
 from session import warm_up_baseline
-from speculative import Draft, Stats, autoregressive_sample, expected_tokens_per_loop
-from speculative import choose_draft, predicted_speedup, speculative_sample
+from speculative import Costs, Draft, Stats, autoregressive_sample, break_even_alpha, choose_draft
+from speculative import expected_tokens_per_round, ideal_speedup, predicted_speedup, speculative_sample
 from weights import LoadError, checkpoint_dir, load_tokenizer, save_model
 
 GPT2_VOCAB = 50257
@@ -50,7 +52,12 @@ PROMPTS = [
   "To make a good cup of coffee, start with freshly roasted beans and grind them just before brewing.",
   "The mitochondria is the powerhouse of the cell, turning nutrients into the energy that the cell needs.",
 ]
-ALPHA_REAL = 0.8  # the acceptance rate expected of real GPT-2 pairs: the costs are also shown at this α
+# A per-draft α for the real gpt2-xl target drafted by gpt2 (temperature 1, top-k 50, top-p 0.9), which this
+# project cannot download: garg-aayush/building-from-scratch, llm-inference/benchmark_results/
+# summary_speculative.csv (float16, RTX 4090) measured accepted ÷ drafted 0.527 at K = 3 and 0.455 at K = 4,
+# which the i.i.d. model (accepted ÷ drafted = (α + ... + α^K) / K) fits with α = 0.71 (0.66 to 0.74 over its
+# dtypes and K). The measured costs are also priced at this α.
+ALPHA_REAL = 0.71
 SCORING_T = range(1, 9)  # --scoring times one call of each of these many tokens
 SCORING_REPS = 7         # and takes the median of this many calls, after the two that compile and capture
 
@@ -94,7 +101,8 @@ def machine() -> str:
 def total(stats: list[Stats]) -> Stats:
   """The Stats of several runs pooled: counts and times added, the steps and round timed after each run averaged
   (stopped_by, a word, is left out)."""
-  timed_apart = ("draft_first_time", "draft_call_time", "draft_round_time", "target_call_time", "round_replay_time")
+  timed_apart = ("draft_first_time", "draft_call_time", "draft_round_time", "target_call_time", "round_replay_time",
+                 "token_call_time")
   numbers = [f.name for f in fields(Stats) if f.name not in ("stopped_by", *timed_apart)]
   pooled = Stats(**{name: sum(getattr(s, name) for s in stats) for name in numbers})
   for name in timed_apart:
@@ -102,19 +110,18 @@ def total(stats: list[Stats]) -> Stats:
   return pooled
 
 def run_pairs(target: GPT2, draft: Draft, prompts: list[list[int]], n_tokens: int, K: int,
-              sampling: Sampling, bar: tqdm, search: bool) -> tuple[list[tuple[Stats, Stats]], float]:
+              sampling: Sampling, bar: tqdm, search: bool) -> list[tuple[Stats, Stats]]:
   """Warm up (and with search, search the kernels), then continue each prompt i with Algorithm 1 and
-  Algorithm 2, both with seed i, each Algorithm 2 run followed by a round and its parts timed in turn
-  (time_parts): their Stats, and the seconds of the target's step of 1 row, timed alone."""
+  Algorithm 2, both with seed i, each Algorithm 2 run followed by a round, its parts and Algorithm 1's call
+  timed in turn (time_parts): their Stats."""
   warm_up(target, draft, prompts[0], K, sampling, 0)
   warm_up_baseline(target, prompts[0], K, sampling, 0)
   if search:
     # the steps that the round's parts are timed on are compiled first, so that they are searched too: else
     # the round would run searched kernels and its parts default ones
     time_parts(target, draft, K, sampling, Stats(), prompts[0], reps=1)
-    time_step(target, 1, sampling)
     search_kernels(calls(target, *draft.models), math.inf)  # asked for: searched to the end
-  t_one, runs = time_step(target, 1, sampling), []
+  runs = []
   for seed, prompt in enumerate(prompts):
     base = autoregressive_sample(target, prompt, n_tokens, sampling=sampling, seed=seed, rows=K + 1, eos=None)[1]
     tokens, _, spec = speculative_sample(target, draft, prompt, n_tokens, K=K, sampling=sampling, seed=seed,
@@ -122,22 +129,23 @@ def run_pairs(target: GPT2, draft: Draft, prompts: list[list[int]], n_tokens: in
     time_parts(target, draft, K, sampling, spec, prompt + tokens)
     runs.append((base, spec))
     bar.update(1)
-  return runs, t_one
+  return runs
 
-def summarize(K: int, runs: list[tuple[Stats, Stats]], t_one: float) -> dict:
-  """One row of the table from the runs of one K: pooled figures, and per-prompt ones for the plots. c and
-  t(K+1)/t(1) come from the steps timed apart (a round is one compiled call: its parts cannot be timed in it)."""
+def summarize(K: int, runs: list[tuple[Stats, Stats]]) -> dict:
+  """One row of the table from the runs of one K: pooled figures, and per-prompt ones for the plots. The
+  speedup is the decode's (the prompts' prefill left out of both); the cost model's c, r and o come from the
+  steps, the round and Algorithm 1's call timed in turn after each run (a round is one compiled call: its
+  parts cannot be timed in it)."""
   base, spec = total([b for b, _ in runs]), total([s for _, s in runs])
-  alpha, c, k = spec.acceptance_rate, spec.cost_ratio, spec.mean_drafted
-  speedup, predicted = spec.tokens_per_second / base.tokens_per_second, predicted_speedup(alpha, k, c)
-  return {"K": K, "alg1_ms_per_token": 1e3 / base.tokens_per_second,
-          "alg2_ms_per_token": 1e3 / spec.tokens_per_second, "speedup": speedup, "alpha": alpha,
-          "tokens_per_target_call": spec.tokens_per_target_call, "c": c, "mean_drafted": k,
-          # a target step of K+1 rows against one of 1 row, each timed apart: the paper assumes about 1
-          "scoring_ratio": spec.target_call_time / t_one, "predicted": predicted,
+  alpha, costs = spec.acceptance_rate, spec.costs
+  speedup, predicted = base.ms_per_token / spec.ms_per_token, predicted_speedup(alpha, costs)
+  return {"K": K, "alg1_ms_per_token": base.ms_per_token, "alg2_ms_per_token": spec.ms_per_token,
+          "speedup": speedup, "alpha": alpha, "tokens_per_target_call": spec.tokens_per_target_call,
+          "mean_drafted": costs.K, "c": costs.c, "c_first": costs.first, "r": costs.r, "o": costs.o,
+          "predicted": predicted, "predicted_ideal": ideal_speedup(alpha, costs.K, costs.c),
+          "break_even_alpha": break_even_alpha(costs), "measured_over_predicted": speedup / predicted,
           "draft_first_step_ms": 1e3 * spec.draft_first_time, "draft_step_ms": 1e3 * spec.draft_call_time,
-          "target_step_ms": 1e3 * spec.target_call_time, "target_one_row_ms": 1e3 * t_one,
-          "measured_over_predicted": speedup / predicted,
+          "target_step_ms": 1e3 * spec.target_call_time, "t1_ms": 1e3 * spec.token_call_time,
           # Algorithm 2's round: one compiled call (K draft steps, the target's K+1 rows, tests, draws, read)
           "ms_per_round": 1e3 * spec.round_call_time,
           # a round replayed over its parts, timed in turn: well above 1, the round runs other kernels
@@ -145,10 +153,10 @@ def summarize(K: int, runs: list[tuple[Stats, Stats]], t_one: float) -> dict:
           "calls_per_round": spec.compiled_calls / spec.rounds,
           "host_ms_per_round": 1e3 * spec.host_time / spec.compiled_calls,
           "alg1_seconds": [b.total_time for b, _ in runs], "alg2_seconds": [s.total_time for _, s in runs],
-          "tokens_per_loop": [s.tokens_per_target_call for _, s in runs],
-          "loop_seconds": [s.round_call_time for _, s in runs],
-          "draft_seconds_per_loop": [s.draft_round_time for _, s in runs],
-          "target_seconds_per_loop": [s.target_call_time for _, s in runs],
+          "tokens_per_round": [s.tokens_per_target_call for _, s in runs],
+          "round_seconds": [s.round_call_time for _, s in runs],
+          "draft_seconds_per_round": [s.draft_round_time for _, s in runs],
+          "target_seconds_per_round": [s.target_call_time for _, s in runs],
           "alg1": asdict(base), "alg2": asdict(spec)}
 
 # ***** where the time goes: one call, the bytes it reads, the bandwidth *****
@@ -292,24 +300,29 @@ COLUMNS: list[tuple[str, Callable[[dict], str]]] = [
   ("Alg2 ms/tok", lambda r: f"{r['alg2_ms_per_token']:.1f}"),
   ("speedup", lambda r: f"{r['speedup']:.2f}x"),
   ("α̂", lambda r: f"{r['alpha']:.2f}"),
-  ("tok/call", lambda r: f"{r['tokens_per_target_call']:.2f}"),
+  ("tok/round", lambda r: f"{r['tokens_per_target_call']:.2f}"),
   ("c", lambda r: f"{r['c']:.3f}"),
-  ("t(K+1)/t(1)", lambda r: f"{r['scoring_ratio']:.2f}"),
+  ("r", lambda r: f"{r['r']:.2f}"),
+  ("o", lambda r: f"{r['o']:.2f}"),
+  ("ideal", lambda r: f"{r['predicted_ideal']:.2f}x"),
   ("predicted", lambda r: f"{r['predicted']:.2f}x"),
   ("meas/pred", lambda r: f"{r['measured_over_predicted']:.2f}"),
+  ("break-even α", lambda r: "none" if r["break_even_alpha"] is None else f"{r['break_even_alpha']:.2f}"),
   ("ms/round", lambda r: f"{r['ms_per_round']:.2f}"),
   ("round/parts", lambda r: f"{r['round_over_parts']:.2f}"),
   ("host ms/round", lambda r: f"{r['host_ms_per_round']:.2f}"),
   ("calls/round", lambda r: f"{r['calls_per_round']:.2f}"),
 ]
-LEGEND = ("predicted: (1 − α̂^(K+1)) / ((1 − α̂)(Kc + 1)) from the measured α̂ and c (K: the mean drafted "
-          "per call). c and t(K+1)/t(1): a draft step, and a target step of K+1 rows, against a target step "
-          "of 1 row, each timed apart after the run (a round is one compiled call, which cannot time its "
-          "parts; the paper assumes t(K+1)/t(1) about 1). ms/round: one compiled round, from its launch until "
-          "its tokens are read on the host (on DEV=NULL: the host work of one whole round). round/parts: "
-          "a round replayed after the run over its parts, the draft's first step (2 rows), its K−1 later ones "
-          "(1 row) and the target's K+1 rows, each compiled as the round runs it, all replayed in turn "
-          "(medians); above 1 by the round's tests and draws. host ms/round: "
+LEGEND = ("Alg1 and Alg2 ms/tok: after the prompt's prefill, which is left out of both (as Chen et al.'s Table 1 "
+          "gives ms a token); speedup: their ratio. The cost model (Leviathan et al. 2022) prices a round in "
+          "t(1), Algorithm 1's call (a token), timed in turn after each run with the round and its parts: c, a "
+          "draft step of 1 row ÷ t(1); r, the target's step of K+1 rows ÷ t(1); o, the replayed round less its "
+          "parts ÷ t(1) (its tests, draws and read). ideal: E / (Kc + 1), Leviathan et al.'s, with E = (1 − "
+          "α̂^(K+1)) / (1 − α̂) (K: the mean drafted a round), r = 1 and o = 0. predicted: E / (c₁ + (K−1)c + r "
+          "+ o), c₁ the round's first draft step (2 rows). break-even α: where E equals a round's cost in t(1) "
+          "(0: a round costs at most one token's call; none: not even K+1 tokens a round would pay). ms/round: "
+          "one compiled round, from its launch until its tokens are read on the host (on DEV=NULL: the host "
+          "work of one whole round). round/parts: the replayed round over its parts (medians). host ms/round: "
           "until the launch returns (on CUDA or Metal, the host's own work; on the CPU the kernels run inside "
           "it). calls/round: compiled calls launched per round.")
 
@@ -321,13 +334,16 @@ def table(rows: list[dict]) -> str:
   return "\n".join(lines)
 
 def at_real_alpha(rows: list[dict]) -> str:
-  """What the measured costs predict at α = ALPHA_REAL, where real GPT-2 pairs are expected to be."""
-  def one(r: dict) -> str:
-    paper = predicted_speedup(ALPHA_REAL, r["K"], r["c"])  # a call of K+1 tokens costing as much as one of 1
-    ratio = r["scoring_ratio"]
-    return f"K={r['K']} {paper:.2f}x ({paper / ratio:.2f}x at t(K+1)/t(1) {ratio:.2f})"
-  return (f"predicted at α = {ALPHA_REAL} (not measured: where real GPT-2 pairs are expected to be), "
-          "from the measured c, and also the measured t(K+1)/t(1): " + ", ".join(one(r) for r in rows))
+  """What each K's measured costs predict at α = ALPHA_REAL, real gpt2-xl + gpt2's estimate, and the best K."""
+  speedups = {r["K"]: predicted_speedup(ALPHA_REAL, row_costs(r)) for r in rows}
+  best = max(speedups, key=speedups.get)
+  return (f"predicted at α = {ALPHA_REAL} (not measured: real gpt2-xl drafted by gpt2, as measured elsewhere; "
+          "see ALPHA_REAL) from each K's measured c, r and o: "
+          + ", ".join(f"K={K} {x:.2f}x" for K, x in speedups.items()) + f"; the best measured K there: {best}")
+
+def row_costs(r: dict) -> Costs:
+  """A table row's measured costs, in t(1)."""
+  return Costs(r["mean_drafted"], r["c"], r["c_first"], r["r"], r["o"])
 
 def bytes_line(rows: list[dict], target_bytes: int, draft_bytes: int) -> str:
   """Weights read per emitted token: the target's for Algorithm 1; (K·draft + target) ÷ tokens per target call
@@ -340,8 +356,8 @@ def bytes_line(rows: list[dict], target_bytes: int, draft_bytes: int) -> str:
           + ", ".join(alg2(r) for r in rows))
 
 def plot(rows: list[dict], header: str, n_tokens: int, out: pathlib.Path, tag: str) -> list[pathlib.Path]:
-  """The paper's Figure 1, one PNG per panel against K: time to generate n_tokens, tokens per loop / (K+1),
-  and time per loop."""
+  """The paper's Figure 1 (which says "loop" for a round), one PNG per panel against K: time to generate
+  n_tokens (the prefill included), tokens per round / (K+1), and time per round."""
   try:
     import matplotlib
     matplotlib.use("Agg")  # files only, no window
@@ -354,7 +370,7 @@ def plot(rows: list[dict], header: str, n_tokens: int, out: pathlib.Path, tag: s
     ax.errorbar(Ks, means, sds, marker="o", capsize=3, label=label)
   def save(fig, ax, title: str, ylabel: str, name: str) -> pathlib.Path:
     ax.set_title(f"{title}\n{header}", fontsize=9)
-    ax.set_xlabel("K (draft tokens per loop)")
+    ax.set_xlabel("K (draft tokens per round)")
     ax.set_ylabel(ylabel)
     ax.set_xticks(Ks)
     ax.grid(alpha=0.3)
@@ -370,24 +386,25 @@ def plot(rows: list[dict], header: str, n_tokens: int, out: pathlib.Path, tag: s
   base = [t for r in rows for t in r["alg1_seconds"]]  # Algorithm 1 does not depend on K: all its runs pooled
   ax.axhline(np.mean(base), color="grey", ls="--", label="Algorithm 1 (auto-regressive), ± sd shaded")
   ax.axhspan(np.mean(base) - np.std(base), np.mean(base) + np.std(base), color="grey", alpha=0.15)
-  paths = [save(fig, ax, f"Time to generate {n_tokens} tokens", "seconds (mean ± sd over prompts)", "time")]
+  paths = [save(fig, ax, f"Time to generate {n_tokens} tokens, prefill included", "seconds (mean ± sd over prompts)",
+                "time")]
 
   fig, ax = plt.subplots(figsize=(6.4, 4.6))
-  per_slot = [np.array(r["tokens_per_loop"]) / (r["K"] + 1) for r in rows]
+  per_slot = [np.array(r["tokens_per_round"]) / (r["K"] + 1) for r in rows]
   ax.errorbar(Ks, [s.mean() for s in per_slot], [s.std() for s in per_slot], marker="o", capsize=3,
               label="measured")
-  ax.plot(Ks, [expected_tokens_per_loop(r["alpha"], r["K"]) / (r["K"] + 1) for r in rows], "k--",
+  ax.plot(Ks, [expected_tokens_per_round(r["alpha"], r["K"]) / (r["K"] + 1) for r in rows], "k--",
           label="expected from α̂: (1 − α̂^(K+1)) / ((1 − α̂)(K + 1))")
-  ylabel = "mean tokens per target call / (K + 1)"
-  paths.append(save(fig, ax, "Tokens per loop / (K + 1)", ylabel, "accepted"))
+  ylabel = "mean tokens per round / (K + 1)"
+  paths.append(save(fig, ax, "Tokens per round / (K + 1)", ylabel, "accepted"))
 
   fig, ax = plt.subplots(figsize=(6.4, 4.6))
-  curves = (("loop_seconds", "whole round (one compiled call)"),
-            ("target_seconds_per_loop", "target step of K + 1 tokens, timed apart"),
-            ("draft_seconds_per_loop", "the K draft steps (2 rows, then 1), timed apart"))
+  curves = (("round_seconds", "whole round (one compiled call)"),
+            ("target_seconds_per_round", "target step of K + 1 tokens, timed apart"),
+            ("draft_seconds_per_round", "the K draft steps (2 rows, then 1), timed apart"))
   for key, label in curves:
     errorbar(ax, key, label, scale=1e3)
-  paths.append(save(fig, ax, "Time per loop", "milliseconds (mean ± sd over prompts)", "loop"))
+  paths.append(save(fig, ax, "Time per round", "milliseconds (mean ± sd over prompts)", "round"))
   return paths
 
 # ***** command line *****
@@ -497,7 +514,7 @@ def print_floor(args: argparse.Namespace, rows: list[dict], target_bytes: int) -
   """Algorithm 1 and Algorithm 2 per token against the memory-bandwidth floor; the bandwidth (bytes/s)."""
   bandwidth, source = find_bandwidth(args.bandwidth)
   timings = {"Algorithm 1 per token": statistics.mean(r["alg1_ms_per_token"] for r in rows),
-             "a target step of 1 row, alone": statistics.mean(r["target_one_row_ms"] for r in rows)}
+             "t(1), Algorithm 1's call timed apart": statistics.mean(r["t1_ms"] for r in rows)}
   timings |= {f"a target step of K+1 = {r['K'] + 1} rows, alone": r["target_step_ms"] for r in rows}
   timings |= {f"Algorithm 2 per token, K={r['K']}": r["alg2_ms_per_token"] for r in rows}
   print("\n" + "\n".join(floor_lines(target_bytes, bandwidth, source, timings)))
@@ -512,7 +529,7 @@ def run_table(args: argparse.Namespace, Ks: list[int], sampling: Sampling) -> No
   out.mkdir(parents=True, exist_ok=True)
   load_before = os.getloadavg()[0]
   bar = tqdm(total=len(Ks) * len(prompts), desc="runs (K values × prompts)")
-  rows = [summarize(K, *run_pairs(target, draft, prompts, args.max_new_tokens, K, sampling, bar, args.search))
+  rows = [summarize(K, run_pairs(target, draft, prompts, args.max_new_tokens, K, sampling, bar, args.search))
           for K in Ks]
   bar.update(close=True)
   load = (load_before, os.getloadavg()[0])

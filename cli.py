@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse, codecs, sys
 from tinygrad import Device
 from compiled import calls
-from speculative import EOT, Draft, Stats, Stream, autoregressive_sample, check_run, expected_tokens_per_loop
-from speculative import predicted_speedup, speculative_sample
+from speculative import EOT, Draft, Stats, Stream, autoregressive_sample, break_even_alpha, check_run
+from speculative import expected_tokens_per_round, ideal_speedup, predicted_speedup, speculative_sample
 from session import SEARCH_MINUTES, check, load_all, main, options, search_kernels, time_parts, warm_up
 from session import warm_up_baseline
 
@@ -28,27 +28,55 @@ def printer(enc, trace: bool) -> Stream:
   return show
 
 def report(stats: Stats, K: int | None = None, draft: Draft | None = None) -> str:
-  """The stats block: counts, α̂ against the paper's expected tokens per call, times, c and tokens/s; with K and
-  the draft, Algorithm 2's, else Algorithm 1's."""
+  """The stats block: counts, α̂ against the expected tokens per round, times and tokens/s; with K and the draft,
+  Algorithm 2's, else Algorithm 1's."""
   lines = [f"new tokens            {stats.new_tokens} (stopped by {stats.stopped_by})",
            f"target calls          {stats.rounds}"]
   if K is not None:
     a, checked = stats.acceptance_rate, stats.accepted + stats.rejected
     lines += [f"acceptance rate α̂     {a:.3f} = {stats.accepted} accepted ÷ {checked} checked drafts "
               f"({stats.drafted} drafted; those after a rejection are never checked)",
-              f"tokens/target call    {stats.tokens_per_target_call:.2f} (paper's (1 - α^(K+1)) / (1 - α) "
+              f"tokens/target call    {stats.tokens_per_target_call:.2f} (expected (1 - α^(K+1)) / (1 - α) "
               f"at α̂ and K = {stats.mean_drafted:.2f} drafted per call: "
-              f"{expected_tokens_per_loop(a, stats.mean_drafted):.2f})",
+              f"{expected_tokens_per_round(a, stats.mean_drafted):.2f})",
               f"time per round        {1e3 * stats.round_call_time:.2f} ms (one compiled call: drafts, "
               "target, tests and draws)",
-              f"time per draft token  {1e3 * stats.draft_call_time:.2f} ms ({draft.timing(stats)})"]
-    lines += [f"time per target call  {1e3 * stats.target_call_time:.1f} ms ({K + 1} rows; c = {stats.cost_ratio:.3f})",
+              f"time per draft token  {1e3 * stats.draft_call_time:.2f} ms ({draft.timing(stats)})",
+              f"time per target call  {1e3 * stats.target_call_time:.1f} ms ({K + 1} rows)",
               f"round ÷ its parts     {stats.round_over_parts:.2f} (replayed in turn after the run: a round "
               f"{1e3 * stats.round_replay_time:.2f} ms, its parts {1e3 * stats.round_parts_time:.2f} ms)"]
   else:
     lines += [f"time per target call  {1e3 * stats.target_call_time:.1f} ms (one compiled call: the pass "
               "and its draw)"]
-  return "\n".join(lines + [f"tokens per second     {stats.tokens_per_second:.2f}"])
+  return "\n".join(lines + [f"tokens per second     {stats.tokens_per_second:.2f} (after the prompt's prefill)"])
+
+def cost_report(spec: Stats, base: Stats | None, K: int) -> str:
+  """The speedup measured, beside the cost model's prediction and the chain that leads to it from Leviathan et
+  al.'s ideal, factor by factor; without Algorithm 1's run (base), what the prediction needs."""
+  if base is None:
+    return ("speedup               not predicted: the cost model prices a round in t(1), Algorithm 1's call, "
+            "which --compare times")
+  m, a, E = spec.costs, spec.acceptance_rate, expected_tokens_per_round(spec.acceptance_rate, spec.mean_drafted)
+  measured, predicted = base.ms_per_token / spec.ms_per_token, predicted_speedup(a, m)
+  even = break_even_alpha(m)
+  lookup = "" if spec.draft_round_time else " (prompt lookup drafts a varying number a round: approximate)"
+  steps = [("ideal", ideal_speedup(a, m.K, m.c), "E / (Kc + 1): Leviathan et al.'s, K+1 rows priced as one token"),
+           ("with r", E / (m.K * m.c + m.r), "E / (Kc + r): the target's K+1 rows cost r"),
+           ("with first step", E / (m.round - m.o), "E / (c₁ + (K-1)c + r): the round's first draft step, c₁"),
+           ("with o = predicted", predicted, f"E / (c₁ + (K-1)c + r + o){lookup}")]
+  return "\n".join([
+    f"cost model            Leviathan et al. (2022), in t(1) = {1e3 * spec.token_call_time:.2f} ms, Algorithm 1's "
+    "call timed in turn with the round's parts",
+    f"  E                   {E:.2f} tokens a round: (1 - α^(K+1)) / (1 - α) at α̂ {a:.3f}, K = {m.K:.2f}",
+    f"  c                   {m.c:.3f} a draft step ÷ t(1) (c₁, the round's first: {m.first:.3f})",
+    f"  r                   {m.r:.3f} the target's step of {K + 1} rows ÷ t(1) (their model: 1)",
+    f"  o                   {m.o:.3f} the round's own work ÷ t(1): its replay less its parts (tests, draws, read)",
+    *[f"  {name:<19} {x:.2f}x  {how}" for name, x, how in steps],
+    f"speedup               {measured:.2f}x measured, {predicted:.2f}x predicted (measured ÷ predicted "
+    f"{measured / predicted:.2f}): Algorithm 1's ms a token ÷ Algorithm 2's, {base.ms_per_token:.1f} ÷ "
+    f"{spec.ms_per_token:.1f}, after the prompt's prefill",
+    f"break-even α          {'none at this K' if even is None else f'{even:.2f}'} (where E = a round's cost, "
+    f"{m.round:.2f} t(1), at K = {K})"])
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
   ap = argparse.ArgumentParser(description="Speculative sampling (Chen et al. 2023, Algorithm 2) "
@@ -85,20 +113,20 @@ def run(args: argparse.Namespace) -> None:
   tokens, _, stats = speculative_sample(target, draft, prompt, args.max_new_tokens, K=K, sampling=sampling,
                                         seed=args.seed, stream=printer(enc, args.trace))
   print()
-  time_parts(target, draft, K, sampling, stats, prompt + tokens)
+  if args.compare:  # Algorithm 1's call is timed in turn with the round's parts: t(1), the cost model's unit
+    warm_up_baseline(target, prompt, K, sampling, args.seed)
+  time_parts(target, draft, K, sampling, stats, prompt + tokens, baseline=args.compare)
   print(f"\n--- Algorithm 2 (speculative): target {args.target}, draft {args.draft}, K={K}, "
         f"device {Device.DEFAULT}")
   print(report(stats, K, draft))
+  base = None
   if args.compare:
-    warm_up_baseline(target, prompt, K, sampling, args.seed)
     # Algorithm 1 streams its text too, so that both runs are timed alike
     print(f"\n{args.prompt}", end="", flush=True)
     _, base = autoregressive_sample(target, prompt, args.max_new_tokens, rows=K + 1, sampling=sampling,
                                     seed=args.seed, stream=printer(enc, False))
-    predicted = predicted_speedup(stats.acceptance_rate, stats.mean_drafted, stats.cost_ratio)
     print(f"\n\n--- Algorithm 1 (auto-regressive): target {args.target}\n{report(base)}")
-    print(f"\nspeedup               {stats.tokens_per_second / base.tokens_per_second:.2f}x measured, "
-          f"{predicted:.2f}x predicted by (1 - α^(K+1)) / ((1 - α)(Kc + 1)) from α̂ and c")
+  print(f"\n{cost_report(stats, base, K)}")
   search_kernels(calls(target, *draft.models), args.search_minutes)
 
 def command() -> int:

@@ -1,8 +1,9 @@
 """From logits to the distributions that get sampled: temperature, top-k and top-p, on the device.
 
     sampling = Sampling(temperature=0.8, top_k=50, top_p=0.95)   # checked on creation
-    probs = model(ids, start_pos, head=sampling)                 # on the device, inside the model's
-                                                                 # compiled call
+    probs = sampling(model.forward(ids, start_pos))              # a Tensor (T, vocab): on the device, inside
+                                                                 # the compiled call that runs it
+    probs = compiled.logits(model, ids, start_pos, head=sampling)  # the same, compiled, read into NumPy
 
 Speculative sampling applies the same Sampling to the draft (giving p) and to the target (giving q) at every
 position, so that Algorithm 2 compares like with like and emits the target's filtered distribution.

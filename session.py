@@ -11,6 +11,7 @@ from compiled import Compiled, calls, on_host_cpu, step, time_calls
 from gpt2 import GPT2
 from sampling import Sampling
 from speculative import Draft, Stats, autoregressive_sample, check_request, choose_draft, speculative_sample
+from speculative import token_step
 from weights import LoadError, checkpoint_dir, load_model, load_tokenizer, random_model
 
 # The search after a run's text stops by itself after SEARCH_MINUTES; the next run goes on from the last kernel
@@ -180,21 +181,27 @@ def settle() -> None:
   gc.freeze()
 
 def time_parts(target: GPT2, draft: Draft, K: int, sampling: Sampling, stats: Stats, x: list[int],
-               reps: int = 7) -> None:
-  """Fill in stats with a round's parts (the draft's steps, draft.steps, and the target's step of K+1 rows) and
-  the round itself, replayed after the run in turn (compiled.time_calls): a fused round cannot time its parts,
-  and parts timed apart from the round let a slow spell of the machine fall on one side only (the searched
-  demo pair's round measured 0.93 to 1.67 times its parts, run to run). The round replayed is the one after
-  the middle of the run's text x (its last stats.new_tokens // 2 cut), with its last token repeated, so that
-  prompt lookup finds a match and drafts: a round, not a plain target step."""
+               reps: int = 7, baseline: bool = True) -> None:
+  """Fill in stats with a round's parts (the draft's steps, draft.steps, and the target's step of K+1 rows), the
+  round itself and, with baseline, Algorithm 1's call t(1), the cost model's unit: all replayed after the run
+  in turn (compiled.time_calls). A fused round cannot time its parts, and calls timed apart from each other
+  let a slow spell of the machine fall on one side only (the searched demo pair's round measured 0.93 to 1.67
+  times its parts, run to run). The round replayed is the one after the middle of the run's text x (its last
+  stats.new_tokens // 2 cut), with its last token repeated, so that prompt lookup finds a match and drafts: a
+  round, not a plain target step. Without baseline, Algorithm 1's call is not compiled (its compile costs
+  seconds to minutes), and t(1) stays nan."""
   n_ctx = min(m.config.n_ctx for m in [target, *draft.models])
   x = x[:max(min(len(x) - stats.new_tokens // 2, n_ctx - 2), 1)]
   x, n = x + x[-1:], len(x) + 1
   call, values, _ = draft.round(target, x, K, K, sampling)
   calls = [(call, [*values, 0, 0, n - 1]), *draft.steps(x, sampling),
            (step(target, K + 1, sampling), [n - 1, x[-1], *[0] * K])]
-  with heartbeat(lambda: "timing a round and its draft and target steps, in turn"):
+  if baseline:
+    calls.append((token_step(target, sampling), [x[-1], 0, 0, n - 1]))
+  with heartbeat(lambda: "timing a round, its draft and target steps and Algorithm 1's call, in turn"):
     times = time_calls(calls, reps)
+  if baseline:
+    stats.token_call_time = times.pop()
   stats.round_replay_time, stats.target_call_time = times[0], times[-1]
   stats.draft_first_time, stats.draft_call_time, stats.draft_round_time = draft.step_times(times[1:-1], stats, K)
 

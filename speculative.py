@@ -24,11 +24,11 @@ float32 product, so it accepts with probability min(1, q/p) ± 2^-23. The random
 generator keyed by (seed, round), so the same seed gives the same tokens on the same device, run after run.
 """
 from __future__ import annotations
-import hashlib, pathlib, time
+import hashlib, math, pathlib, time
 from dataclasses import dataclass
 from typing import Callable, Protocol
 import numpy as np
-from tinygrad import Tensor, UOp, Variable, dtypes
+from tinygrad import Device, Tensor, UOp, Variable, dtypes
 from compiled import PREFILL_ROWS, Compiled, forward_rows, kept, prepare, searching, signature, step, symbolic_ids
 from gpt2 import GPT2, MAX_ROWS
 from sampling import Sampling
@@ -93,9 +93,9 @@ def sample_draft(p_t: Tensor, bits: Tensor) -> Tensor:
 def score(target: GPT2, ids: Tensor, start_pos: UOp, sampling: Sampling, searched: bool) -> Tensor:
   """Algorithm 2: "In parallel, compute K + 1 sets of logits from drafts x̃_1, ..., x̃_K:
   q(x|x_1, ..., x_n), q(x|x_1, ..., x_n, x̃_1), ..., q(x|x_1, ..., x_n, x̃_1, ..., x̃_K)":
-  one pass of the target on [x_n, x̃_1, ..., x̃_K] from cache position n-1, then the draft's Sampling. The
-  pass runs the target's step of K+1 rows, padding included (compiled.forward_rows): its kernels are the ones
-  that c and t(K+1)/t(1) are timed on; the padding rows are dropped after they are realized."""
+  one pass of the target on [x_n, x̃_1, ..., x̃_K] from cache position n-1, then the draft's Sampling."""
+  # the target's compiled step of K+1 rows, padding included (compiled.forward_rows): the kernels that r is
+  # timed on; the padding rows are dropped after they are realized
   return forward_rows(target, ids, start_pos, sampling, searched)[:ids.shape[0]]
 
 def accept(r: Tensor, p_x: Tensor, q_x: Tensor) -> Tensor:
@@ -121,18 +121,24 @@ def verify(drafts: Tensor, p: Tensor, q: Tensor, k: int | UOp, bits: Tensor) -> 
   emits the target's argmax: exactly Algorithm 1's greedy tokens."""
   K = drafts.shape[-1]
   t = Tensor.arange(K)
-  # Algorithm 2: "for t = 1 : K do: Sample r ~ U[0, 1] from a uniform distribution."
+  # Algorithm 2: "for t = 1 : K do" (all K tests at once; the first rejection ends the loop, below)
+  # "Sample r ~ U[0, 1] from a uniform distribution."
   r = uniform(bits[..., :K])
   # p(x̃) and q(x̃), written out: each is a sum over the vocabulary, which every later kernel would redo
   p_x = p.gather(-1, drafts.unsqueeze(-1)).squeeze(-1).contiguous()
   q_x = q[..., :K, :].gather(-1, drafts.unsqueeze(-1)).squeeze(-1).contiguous()
-  # "if r < min(1, q/p) then Set x_{n+t} <- x̃_t and n <- n + 1. else ... exit for loop": the loop stops at
-  # the first rejection, so a = the index of the first draft rejected (or k if none is)
+  # "if r < min(1, q(x|x_1, ..., x_{n+t-1}) / p(x|x_1, ..., x_{n+t-1})), then"
+  # "Set x_{n+t} ← x̃_t and n ← n + 1."
+  # else: the loop stops at the first rejection, so a = the index of the first draft rejected (k if none is)
   accepted = accept(r, p_x, q_x) & (t < k)
   a = (~accepted).where(t, K).min(-1)
-  # after a rejection (a < k): "sample x_{n+t} ~ (q − p)+ and exit for loop"; after all k were accepted:
-  # "If all tokens x_{n+1}, ..., x_{n+K} are accepted,
-  #  sample extra token x_{n+K+1} ~ q(x|x_1, ..., x_n, x_{n+K})" (q's row a, and no p to take away)
+  # after a rejection (a < k):
+  # "sample x_{n+t} ~ (q(x|x_1, ..., x_{n+t-1}) − p(x|x_1, ..., x_{n+t-1}))+ and exit for loop."
+  # after all k were accepted:
+  # "If all tokens x_{n+1}, ..., x_{n+K} are accepted, sample extra token x_{n+K+1} ~ q(x|x_1, ..., x_n, x_{n+K})
+  #  and set n ← n + 1."
+  # Its indices count n as it stood before the round, though the loop advanced it once per acceptance: the
+  # extra token follows x_n and the K drafts, so it is drawn from q's row K (row a), with no p to take away.
   p_a = (a < k).unsqueeze(-1).where(row(p, a.minimum(K - 1)), 0)
   x = draw(residual(row(q, a), p_a), bits[..., K:K + 2])
   # the round's tokens: x̃_1 .. x̃_a, then x (what follows x is never read)
@@ -144,12 +150,15 @@ def verify(drafts: Tensor, p: Tensor, q: Tensor, k: int | UOp, bits: Tensor) -> 
 
 def propose(draft: GPT2, last_two: Tensor, start: UOp, j: UOp, K: int, sampling: Sampling,
             bits: Tensor, searched: bool) -> tuple[Tensor, Tensor]:
-  """The draft's K steps of a round: x̃ (K,) int32 and p (K, V). Its first step feeds the last two tokens of
-  x from cache position start (it may lack both: after an all-accept round it never fed x̃_K) and reads row
-  j (1; 0 when x is one token, fed twice); each later step feeds the x̃ drawn before it. Each step runs the
-  draft's compiled step of as many rows (compiled.forward_rows), the kernels its parts are timed on."""
+  """Algorithm 2's drafts: x̃ (K,) int32 and their distributions p (K, V). The first step feeds the last two
+  tokens of x from cache position start (the draft may lack both: after a round that accepted every draft it
+  never fed x̃_K) and reads row j (1; 0 when x is one token, fed twice); each later step feeds the x̃ drawn
+  before it."""
   drafts, p, ids, rows = [], [], last_two, Tensor.full((1,), j, dtype=dtypes.int32)
+  # Algorithm 2: "for t = 1 : K do"
   for t in range(K):
+    # "Sample draft auto-regressively x̃_t ~ p(x|x_1, ..., x_n, x̃_1, ..., x̃_{t-1})"; each step runs the draft's
+    # compiled step of as many rows (compiled.forward_rows), the kernels that c is timed on
     p.append(forward_rows(draft, ids, start + j + t if t else start, sampling, searched)[rows])
     drafts.append(sample_draft(p[-1], bits[2 * t:2 * t + 2].reshape(1, 2)))
     # realized step by step inside the compiled call: the same kernels, but scheduled as K small graphs, which
@@ -168,9 +177,9 @@ def bound(name: str, top: int) -> UOp:
 
 def model_round(target: GPT2, draft: GPT2, K: int, sampling: Sampling) -> Compiled:
   """Algorithm 2's round with a model draft, compiled: Variables (start, j, x_{n-1}, x_n, k, seed, round, n-1)
-  with start = n-2 (0 when n = 1) and j = n-1-start; result int32 (K+3,): the round's tokens, a, NaN flag.
-  The target's position n-1 is a Variable of its own, not start + j: a sum of two Variables gives some of its
-  kernels another layout than its step timed apart, whose position is one Variable."""
+  with start = n-2 (0 when n = 1) and j = n-1-start; result int32 (K+3,): the round's tokens, a, NaN flag."""
+  # the target's position n-1 is a Variable of its own, not start + j: a sum of two Variables gives some of its
+  # kernels another layout than its step timed apart, whose position is one Variable
   n_ctx, V = min(target.config.n_ctx, draft.config.n_ctx), target.config.vocab_size
   def build(searched: bool) -> tuple[Callable[..., Tensor], list[UOp]]:
     def run(start: UOp, j: UOp, before: UOp, last: UOp, k: UOp, seed: UOp, counter: UOp, at: UOp) -> Tensor:
@@ -203,8 +212,9 @@ def lookup_round(target: GPT2, K: int, sampling: Sampling) -> Compiled:
   return Compiled(name, f"lookup|{signature(target)}|K={K}|{sampling!r}|{SOURCE}", searching(target), build)
 
 def token_step(target: GPT2, sampling: Sampling) -> Compiled:
-  """Algorithm 1's step, compiled: Variables (x_n, seed, round, n-1); result int32 (2,): x_{n+1} drawn from
-  q(x|x_1, ..., x_n) on the device, and the NaN flag."""
+  """Algorithm 1's step, compiled once per target and Sampling: Variables (x_n, seed, round, n-1); result int32
+  (2,): x_{n+1} drawn from q(x|x_1, ..., x_n) on the device, and the NaN flag. Its time is t(1), the unit of
+  the cost model below."""
   n_ctx, V = target.config.n_ctx, target.config.vocab_size
   def build(searched: bool) -> tuple[Callable[..., Tensor], list[UOp]]:
     def run(last: UOp, seed: UOp, counter: UOp, start: UOp) -> Tensor:
@@ -213,8 +223,8 @@ def token_step(target: GPT2, sampling: Sampling) -> Compiled:
     variables = [bound("last", V - 1), bound("seed", SEED_MAX), bound("round", SEED_MAX),
                  bound("start", n_ctx - 1)]
     return run, variables
-  name = f"a token: {target.config.n_layer}-layer target"
-  return Compiled(name, f"token|{signature(target)}|{sampling!r}|{SOURCE}", searching(target), build)
+  name, key = f"a token: {target.config.n_layer}-layer target", f"token|{signature(target)}|{sampling!r}|{SOURCE}"
+  return kept(target, (token_step, sampling), lambda: Compiled(name, key, searching(target), build))
 
 def run_call(call: Compiled, values: list[int], stats: Stats) -> np.ndarray:
   """Launch one compiled call and read its few numbers; refuse non-finite probabilities (corrupt weights)."""
@@ -313,7 +323,7 @@ class NgramDraft:
   def round(self, target: GPT2, x: list[int], K: int, k: int, sampling: Sampling) -> Round:
     drafts = self.propose(x, k)
     if not drafts:  # nothing to propose: one plain target step
-      return kept(target, (token_step, sampling), lambda: token_step(target, sampling)), [x[-1]], 0
+      return token_step(target, sampling), [x[-1]], 0
     call = kept(target, (lookup_round, K, sampling), lambda: lookup_round(target, K, sampling))
     return call, [x[-1], *drafts, *[0] * (K - len(drafts)), len(drafts)], len(drafts)
 
@@ -331,14 +341,15 @@ def choose_draft(name: str, ngram_max: int, load: Callable[[str], GPT2]) -> Draf
   """The draft that a command line's --draft names: prompt lookup for "ngram", else ModelDraft(load(name))."""
   return NgramDraft(ngram_max) if name == "ngram" else ModelDraft(load(name))
 
-# ***** what a run measures, and what the paper predicts from it *****
+# ***** what a run measures, and what the cost model predicts from it *****
 
 @dataclass
 class Stats:
   """What a run measured. A round is one compiled call, so the draft's and the target's shares of it cannot be
   timed inside it: draft_first_time, draft_call_time and target_call_time are its steps, compiled as the round
-  runs them and timed after the run in turn with a replay of the round (round_replay_time), filled in by
-  session.time_parts, except for Algorithm 1, which times its own."""
+  runs them and timed after the run in turn with a replay of the round (round_replay_time) and, to price them
+  in tokens of Algorithm 1, its call (token_call_time), filled in by session.time_parts. Algorithm 1's own run
+  fills in target_call_time with its call's mean time in the run."""
   new_tokens: int = 0
   rounds: int = 0            # rounds after the prompt, each one pass of the target (Algorithm 1: one a token)
   drafted: int = 0           # draft tokens proposed
@@ -357,7 +368,10 @@ class Stats:
   target_call_time: float = float("nan")  # seconds of one target step of K+1 rows timed apart; for
                                           # Algorithm 1, its whole call (pass and draw)
   round_replay_time: float = float("nan")  # seconds of one round replayed after the run, in turn with its parts
-  total_time: float = 0.0
+  token_call_time: float = float("nan")    # t(1): seconds of Algorithm 1's call (a token), timed in turn with
+                                           # them; nan where the run did not time it
+  total_time: float = 0.0    # seconds of the whole run, the prompt's prefill included
+  decode_time: float = 0.0   # seconds after the prefill: what tokens_per_second and the speedup compare
   stopped_by: str = ""       # "max-new-tokens", "end-of-text" or "the context": what ended the run
 
   @property
@@ -397,22 +411,70 @@ class Stats:
     return self.round_replay_time / self.round_parts_time
 
   @property
-  def cost_ratio(self) -> float:
-    """c, the paper's cost of drafting one token over a target call (≈ 0 for a draft that is no model)."""
-    return self.draft_call_time / self.target_call_time
+  def costs(self) -> Costs:
+    """The round's costs in units of t(1) (nan where t(1) was not timed): c, its first step, r and o."""
+    t1, K = self.token_call_time, self.mean_drafted
+    # prompt lookup has no first step of 2 rows: its drafts, found on the host outside the round's call, cost
+    # alike, so its round is K·c + r + o, o then all of the replayed round beyond the target's K+1 rows
+    first = self.draft_call_time if math.isnan(self.draft_first_time) else self.draft_first_time
+    return Costs(K, self.draft_call_time / t1, first / t1, self.target_call_time / t1,
+                 (self.round_replay_time - self.round_parts_time) / t1)
+
+  @property
+  def ms_per_token(self) -> float:
+    """Milliseconds a token after the prompt's prefill: the paper's Table 1 measure, as the speedup compares."""
+    return 1e3 * self.decode_time / max(self.new_tokens, 1)
 
   @property
   def tokens_per_second(self) -> float:
-    return self.new_tokens / self.total_time
+    """Tokens a second after the prompt's prefill."""
+    return self.new_tokens / self.decode_time
 
-def expected_tokens_per_loop(alpha: float, K: float) -> float:
-  """The paper's expected tokens per target call, (1 - α^(K+1)) / (1 - α). For a draft that proposes a varying
-  number, K is the mean proposed: an approximation, as the formula is not linear in K."""
+def expected_tokens_per_round(alpha: float, K: float) -> float:
+  """E = (1 - α^(K+1)) / (1 - α), the expected tokens a round emits when each draft is accepted with
+  probability α independently (Leviathan et al. 2022, Eq. 1). For a draft that proposes a varying number, K is
+  the mean proposed: an approximation, as the formula is not linear in K."""
   return K + 1.0 if alpha >= 1 else (1 - alpha ** (K + 1)) / (1 - alpha)
 
-def predicted_speedup(alpha: float, K: float, c: float) -> float:
-  """Expected speedup over Algorithm 1: (1 - α^(K+1)) / ((1 - α)(Kc + 1))."""
-  return expected_tokens_per_loop(alpha, K) / (K * c + 1)
+@dataclass(frozen=True)
+class Costs:
+  """A round's costs in units of t(1), the time of Algorithm 1's call (a token: the target's step of 1 row and
+  its draw). Leviathan et al. (2022) price a round at K·c + 1: K draft steps and one target call that costs as
+  much as one token. A round here also pays r for the target's K+1 rows, its first draft step of 2 rows
+  (first), and o for its own work: the tests, the draws, the read."""
+  K: float      # drafts a round (for prompt lookup, the mean proposed)
+  c: float      # a draft step of 1 row ÷ t(1): Leviathan et al.'s c
+  first: float  # the round's first draft step (x_{n-1} and x_n, 2 rows) ÷ t(1); c for prompt lookup
+  r: float      # the target's step of K+1 rows ÷ t(1): 1 in Leviathan et al.'s model
+  o: float      # the replayed round less its parts ÷ t(1): 0 in their model
+
+  @property
+  def round(self) -> float:
+    """A round's cost ÷ t(1): its draft steps, the target's K+1 rows, its own work."""
+    return self.first + (self.K - 1) * self.c + self.r + self.o
+
+def ideal_speedup(alpha: float, K: float, c: float) -> float:
+  """Leviathan et al.'s expected speedup E / (K·c + 1) (2022, Theorem 3.8): the target's K+1 rows priced as
+  one token and the round doing nothing else."""
+  return expected_tokens_per_round(alpha, K) / (K * c + 1)
+
+def predicted_speedup(alpha: float, costs: Costs) -> float:
+  """The expected speedup over Algorithm 1 from the measured costs: E tokens a round ÷ a round's cost in
+  tokens of Algorithm 1, E / (K·c + r + o) when the draft's steps cost alike."""
+  return expected_tokens_per_round(alpha, costs.K) / costs.round
+
+def break_even_alpha(costs: Costs) -> float | None:
+  """The α at which a round pays for itself (E(α, K) = its cost in t(1)): 0 where a round costs at most one
+  token's call, None where even K+1 tokens a round would not cover it."""
+  if costs.round <= 1:
+    return 0.0
+  if costs.round >= costs.K + 1:
+    return None
+  low, high = 0.0, 1.0  # E rises with α, from 1 at α = 0 to K+1 at α = 1
+  for _ in range(60):
+    mid = (low + high) / 2
+    low, high = (mid, high) if expected_tokens_per_round(mid, costs.K) < costs.round else (low, mid)
+  return (low + high) / 2
 
 # ***** whole generations *****
 
@@ -454,12 +516,14 @@ Stream = Callable[[list[int], list[str]], None]  # called with each batch of new
                                                  # each came from
 
 def prefill(model: GPT2, tokens: list[int], sampling: Sampling, rows: int) -> None:
-  """Feed a prompt's tokens into model's KV cache, in compiled steps of `rows` rows (their results unread)."""
+  """Feed a prompt's tokens into model's KV cache, in compiled steps of `rows` rows (their results unread),
+  and wait for the device to finish them: the decode is timed from there."""
   if not tokens:
     return
   call = step(model, rows if len(tokens) > 1 else 1, sampling)
   for b in range(0, len(tokens), rows):
-    call(b, *tokens[b:b + rows])
+    out = call(b, *tokens[b:b + rows])
+  Device[out.device].synchronize()
 
 def autoregressive_sample(model: GPT2, prompt_tokens: list[int], max_new_tokens: int, *,
                           sampling: Sampling = Sampling(), seed: int = 0, eos: int | None = EOT,
@@ -474,7 +538,7 @@ def autoregressive_sample(model: GPT2, prompt_tokens: list[int], max_new_tokens:
   check_run([model], prompt_tokens)
   stats, start, x = Stats(), time.perf_counter(), list(prompt_tokens)
   prefill(model, x[:-1], sampling, rows)
-  call = kept(model, (token_step, sampling), lambda: token_step(model, sampling))
+  call, decode = token_step(model, sampling), time.perf_counter()
   # Algorithm 1: "while n < T do"
   while not (stopped_by := stop_reason(x, len(prompt_tokens), max_new_tokens, model.config.n_ctx, eos)):
     # Algorithm 1: "Sample x_{n+1} ~ q(x|x_1, ..., x_n)" and "n <- n + 1", on the device
@@ -483,7 +547,8 @@ def autoregressive_sample(model: GPT2, prompt_tokens: list[int], max_new_tokens:
     if stream:
       stream(x[-1:], ["target"])
   stats.new_tokens, stats.total_time = len(x) - len(prompt_tokens), time.perf_counter() - start
-  stats.stopped_by, stats.target_call_time = stopped_by, stats.round_call_time
+  stats.decode_time, stats.stopped_by = time.perf_counter() - decode, stopped_by
+  stats.target_call_time = stats.round_call_time
   return x[len(prompt_tokens):], stats
 
 def speculative_sample(target: GPT2, draft: Draft, prompt_tokens: list[int], max_new_tokens: int, *, K: int = 4,
@@ -500,11 +565,13 @@ def speculative_sample(target: GPT2, draft: Draft, prompt_tokens: list[int], max
   check_run([target, *draft.models], prompt_tokens)
   stats, start = Stats(), time.perf_counter()
   n_ctx, n_prompt = min(m.config.n_ctx for m in [target, *draft.models]), len(prompt_tokens)
+  # Algorithm 2: "Initialise n ← t." (the prompt x_1, ..., x_t; n is len(x) throughout)
   x, origins = list(prompt_tokens), []
   # every round feeds the target from x_n (cache position n-1), a model draft from x_{n-1}: the prompt
   # before those goes into their caches first, in steps of K+1 rows
   prefill(target, x[:-1], sampling, K + 1)
   draft.prefill(x, sampling, K + 1)
+  decode = time.perf_counter()
   # Algorithm 2: "while n < T do"
   while not (stopped_by := stop_reason(x, n_prompt, max_new_tokens, n_ctx, eos)):
     n = len(x)
@@ -530,7 +597,7 @@ def speculative_sample(target: GPT2, draft: Draft, prompt_tokens: list[int], max
     if stream:
       stream(new, came_from[:len(new)])
   stats.new_tokens, stats.total_time = len(x) - n_prompt, time.perf_counter() - start
-  stats.stopped_by = stopped_by
+  stats.decode_time, stats.stopped_by = time.perf_counter() - decode, stopped_by
   return x[n_prompt:], origins, stats
 
 if __name__ == "__main__":

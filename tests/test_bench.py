@@ -4,6 +4,8 @@ The tests check what is printed and written, never a timing value: the machine r
 """
 import json, pathlib, re, sqlite3, subprocess
 import pytest
+import speculative
+from bench import row_costs
 from tiny import TOKENIZER_DIR, run_script, write_checkpoint
 
 def bench(*args: str) -> subprocess.CompletedProcess:
@@ -31,6 +33,13 @@ def test_sweep_prints_the_table_and_writes_plots_and_json(tmp_path):
   assert [row[0] for row in table_rows(out.stdout)] == ["1", "2"]
   results = json.loads((tmp_path / "out" / "t1.json").read_text())
   assert [row["K"] for row in results["rows"]] == [1, 2] and results["bandwidth"] == 10e9
+  for row in results["rows"]:  # the cost model's figures beside the measured speedup (the decode's)
+    assert {"c", "r", "o", "predicted", "predicted_ideal", "break_even_alpha", "speedup"} <= row.keys()
+    costs = row_costs(row)
+    assert row["predicted"] == pytest.approx(speculative.predicted_speedup(row["alpha"], costs))
+    assert row["speedup"] == pytest.approx(row["alg1_ms_per_token"] / row["alg2_ms_per_token"])
+    even = row["break_even_alpha"]
+    assert even is None or even == 0 or speculative.predicted_speedup(even, costs) == pytest.approx(1.0)
   assert len(list((tmp_path / "out").glob("*.png"))) == 3
 
 @pytest.mark.slow
@@ -46,7 +55,7 @@ def test_table_has_ms_per_round_the_alpha_line_and_the_floor(tmp_path):
   end = lines[header].index("round/parts") + len("round/parts")  # a round over its parts, timed in turn
   assert re.fullmatch(r"\d+\.\d\d", lines[header + 1][:end].split()[-1])
   assert lines[header].split()[-1] == "calls/round" and lines[header + 1].split()[-1] == "1.00"  # one call a round
-  assert re.search(r"predicted at α = 0\.8 .*K=2 \d+\.\d\dx", out.stdout, re.S)
+  assert re.search(r"predicted at α = 0\.71 .*K=2 \d+\.\d\dx; the best measured K there: 2", out.stdout, re.S)
   assert "memory-bandwidth floor" in out.stdout
   assert re.search(r"Algorithm 1 per token: .*x the floor", out.stdout)
   assert re.search(r"a target step of K\+1 = 3 rows, alone: .*x the floor", out.stdout)

@@ -142,7 +142,7 @@ def test_one_compiled_call_per_round(models):
   _, _, stats = speculative_sample(target, draft, list(range(30)), 100, K=4, eos=None)
   assert stats.stopped_by == "the context" and stats.compiled_calls == stats.rounds > 3
   # the times add up: the rounds lie inside the run, the run inside the call
-  assert stats.host_time <= stats.round_time <= stats.total_time <= time.perf_counter() - begin
+  assert stats.host_time <= stats.round_time <= stats.decode_time <= stats.total_time <= time.perf_counter() - begin
   _, base = autoregressive_sample(target, PROMPT, 7, eos=None)
   assert base.compiled_calls == base.rounds == 7
 
@@ -163,41 +163,90 @@ def test_time_calls_replays_the_calls_in_turn():
 
 def parts_timed(monkeypatch, target, draft, x: list[int], new_tokens: int) -> tuple[list, Stats]:
   """The calls that session.time_parts times after a run of text x, and the Stats it fills in from times that
-  time_calls is made to return: 10 ms for the round, 1 ms for the draft's steps, 4 for the target's."""
-  seen, stats = [], Stats(new_tokens=new_tokens)
+  time_calls is made to return: 10 ms for the round, 1 ms for the draft's steps, 4 for the target's K+1 rows and
+  2 for Algorithm 1's call, t(1)."""
+  seen, stats = [], Stats(new_tokens=new_tokens, rounds=1, drafted=4 * isinstance(draft, ModelDraft))
   def times(calls, reps):
     seen.extend(calls)
-    return [0.010, *[0.001] * (len(calls) - 2), 0.004]
+    return [0.010, *[0.001] * (len(calls) - 3), 0.004, 0.002]
   monkeypatch.setattr(session, "time_calls", times)
   session.time_parts(target, draft, 4, Sampling(), stats, x)
   return seen, stats
 
-def test_time_parts_replays_a_round_and_its_parts_at_the_runs_middle(models, monkeypatch):
-  """The round after the middle of the run's text (its last token repeated), and its parts at the positions
-  that round runs them: the draft's first step (x_{n-1}, x_n at n-2), a later one (at n), the target's K+1 rows
-  (at n-1). Near the context's end the round still fits it."""
+def test_time_parts_replays_a_round_its_parts_and_algorithm_1s_call_at_the_runs_middle(models, monkeypatch):
+  """The round after the middle of the run's text (its last token repeated), its parts at the positions that
+  round runs them: the draft's first step (x_{n-1}, x_n at n-2), a later one (at n), the target's K+1 rows (at
+  n-1), and Algorithm 1's call at n-1, the cost model's unit t(1). Near the context's end the round still fits."""
   target, draft, _ = models
   x = list(range(30))
   calls, stats = parts_timed(monkeypatch, target, draft, x, new_tokens=10)
   r, n = x[:25] + [24], 26  # the last 10 // 2 tokens cut, the last token repeated
   assert [c.name for c, _ in calls] == ["a round: 2-layer draft, 2-layer target, K=4", "2 layers, 2 rows",
-                                        "2 layers, 1 rows", "2 layers, 5 rows"]
+                                        "2 layers, 1 rows", "2 layers, 5 rows", "a token: 2-layer target"]
   assert [v for _, v in calls] == [[n - 2, 1, r[-2], r[-1], 4, 0, 0, n - 1], [n - 2, r[-2], r[-1]],
-                                   [n, r[-1]], [n - 1, r[-1], 0, 0, 0, 0]]
+                                   [n, r[-1]], [n - 1, r[-1], 0, 0, 0, 0], [r[-1], 0, 0, n - 1]]
   assert calls[1][0] is compiled.step(draft.model, 2, Sampling())
   assert calls[3][0] is compiled.step(target, 5, Sampling())
+  assert calls[4][0] is speculative.token_step(target, Sampling())
   assert stats.round_replay_time == 0.010 and stats.draft_round_time == pytest.approx(0.004)
   assert stats.target_call_time == 0.004 and stats.round_over_parts == pytest.approx(1.25)
+  # in t(1) = 2 ms: c = 1/2, its first step 1/2, r = 4/2, o = (10 - 8)/2; a round costs 10/2
+  assert stats.token_call_time == 0.002
+  assert stats.costs == pytest.approx(speculative.Costs(4, 0.5, 0.5, 2.0, 1.0)) and stats.costs.round == 5.0
   calls, _ = parts_timed(monkeypatch, target, draft, list(range(48)), new_tokens=2)  # a run that filled the context
   assert calls[0][1][-1] == 46 and calls[2][1][0] == 47  # the round's n - 1 and the draft's later step, inside 48
+
+def test_time_parts_without_the_baseline_leaves_t1_untimed(models, monkeypatch):
+  """Without baseline (speculative.py without --compare) Algorithm 1's call is neither compiled nor timed."""
+  target, draft, _ = models
+  seen, stats = [], Stats(new_tokens=4)
+  monkeypatch.setattr(session, "time_calls", lambda calls, reps: seen.extend(calls) or [0.010, 0.001, 0.001, 0.004])
+  session.time_parts(target, draft, 4, Sampling(), stats, list(range(20)), baseline=False)
+  assert "a token" not in " ".join(c.name for c, _ in seen) and np.isnan(stats.token_call_time)
+  assert stats.target_call_time == 0.004 and np.isnan(stats.costs.r)
 
 def test_time_parts_replays_prompt_lookups_round_where_nothing_repeats(models, monkeypatch):
   """Prompt lookup's round is timed even on text where nothing repeats (where a run would take a plain target
   step): the repeated last token gives it a match. It has no steps of its own: its parts are the target's."""
   target, _, _ = models
   calls, stats = parts_timed(monkeypatch, target, NgramDraft(), list(range(20)), new_tokens=0)
-  assert [c.name for c, _ in calls] == ["a lookup round: 2-layer target, K=4", "2 layers, 5 rows"]
+  assert [c.name for c, _ in calls] == ["a lookup round: 2-layer target, K=4", "2 layers, 5 rows",
+                                        "a token: 2-layer target"]
   assert calls[0][1][:3] == [19, 19, 0] and stats.round_parts_time == 0.004  # x_n, the one draft x̃_1 = x_n
+
+# ***** the cost model *****
+
+def test_leviathans_ideal_is_the_cost_model_at_r_1_and_o_0():
+  """E / (Kc + 1) is the cost model's prediction where the target's K+1 rows cost one token's call, the round
+  costs nothing else and every draft step costs c; each extra cost lowers it."""
+  for alpha, K, c in [(0.0, 1, 0.1), (0.5, 4, 0.05), (0.71, 3, 0.2), (0.95, 8, 0.0), (1.0, 4, 0.3)]:
+    ideal = speculative.ideal_speedup(alpha, K, c)
+    assert speculative.predicted_speedup(alpha, speculative.Costs(K, c, c, 1.0, 0.0)) == pytest.approx(ideal)
+    assert speculative.predicted_speedup(alpha, speculative.Costs(K, c, 2 * c + 0.1, 1.5, 0.2)) < ideal
+  assert speculative.expected_tokens_per_round(0.5, 2) == pytest.approx(1 + 0.5 + 0.25)  # 1 + α + α²
+
+@pytest.mark.parametrize("K, c, first, r, o", [(4, 0.05, 0.08, 1.3, 0.1), (4, 0.24, 0.41, 2.13, 0.1),
+                                               (1, 0.3, 0.3, 1.2, 0.0), (8, 0.1, 0.1, 3.0, 1.0)])
+def test_break_even_alpha_is_where_the_cost_model_gives_1x(K, c, first, r, o):
+  costs = speculative.Costs(K, c, first, r, o)
+  alpha = speculative.break_even_alpha(costs)
+  assert 0 < alpha < 1 and speculative.predicted_speedup(alpha, costs) == pytest.approx(1.0, abs=1e-9)
+  assert speculative.predicted_speedup(alpha - 0.01, costs) < 1 < speculative.predicted_speedup(alpha + 0.01, costs)
+
+def test_break_even_alpha_at_the_edges():
+  """0 where a round costs at most one token's call (any α pays); None where even K+1 tokens a round, every
+  draft accepted, would not pay for it."""
+  assert speculative.break_even_alpha(speculative.Costs(4, 0.0, 0.0, 0.9, 0.1)) == 0.0
+  assert speculative.break_even_alpha(speculative.Costs(4, 0.5, 0.5, 3.0, 0.0)) is None  # a round: 5 = K+1
+  assert speculative.break_even_alpha(speculative.Costs(2, 0.9, 1.2, 2.5, 0.5)) is None
+
+def test_the_speedup_compares_the_decode_not_the_prefill(models):
+  """ms_per_token and tokens_per_second leave the prompt's prefill out: decode_time starts after it."""
+  target, draft, _ = models
+  _, _, stats = speculative_sample(target, draft, list(range(40)), 4, K=2, eos=None)
+  assert 0 < stats.decode_time < stats.total_time
+  assert stats.ms_per_token == pytest.approx(1e3 * stats.decode_time / 4)
+  assert stats.tokens_per_second == pytest.approx(4 / stats.decode_time)
 
 def test_stats_say_what_stopped_the_run(models):
   target, draft, copy = models
@@ -282,6 +331,8 @@ def test_cli_prints_text_and_stats(gpt2_vocab_models):
           and "new tokens            12" in first.stdout)
   assert re.search(r"round ÷ its parts     \d+\.\d\d \(replayed in turn after the run: a round \d+\.\d\d ms, "
                    r"its parts \d+\.\d\d ms\)", first.stdout), first.stdout
+  assert "not predicted: the cost model prices a round in t(1), Algorithm 1's call, which --compare times" \
+    in first.stdout
   text = lambda out: out.split("\n\n---")[0]
   assert text(first.stdout) == text(second.stdout)  # same seed, same tokens
 
@@ -291,8 +342,17 @@ def test_cli_compare_and_trace(gpt2_vocab_models):
   out = cli("--prompt", "Hello", "--target", target, "--draft", draft, *tok, "--max-new-tokens", "10",
             "--compare", "--trace", "-K", "3")
   assert out.returncode == 0, out.stderr
-  assert ("Algorithm 1 (auto-regressive)" in out.stdout and "x measured" in out.stdout
-          and "\033[3" in out.stdout)
+  assert "Algorithm 1 (auto-regressive)" in out.stdout and "\033[3" in out.stdout
+  # the cost model, credited, factor by factor from Leviathan et al.'s ideal to the prediction, beside the
+  # measured speedup and the break-even α
+  assert "cost model            Leviathan et al. (2022), in t(1) = " in out.stdout
+  for name in ["E", "c", "r", "o"]:
+    assert re.search(rf"^  {name} +\d+\.\d+ ", out.stdout, re.M), name
+  chain = re.findall(r"^  (ideal|with r|with first step|with o = predicted) +(\d+\.\d\d)x", out.stdout, re.M)
+  assert [name for name, _ in chain] == ["ideal", "with r", "with first step", "with o = predicted"]
+  measured = re.search(r"speedup +(\d+\.\d\d)x measured, (\d+\.\d\d)x predicted", out.stdout)
+  assert measured and measured.group(2) == chain[-1][1]
+  assert re.search(r"break-even α +(\d\.\d\d|none at this K) ", out.stdout)
 
 @pytest.mark.slow
 def test_cli_ngram_draft_greedy_prints_the_targets_greedy_text(gpt2_vocab_models):
@@ -430,5 +490,7 @@ def test_first_run_says_its_kernels_are_not_searched_and_ctrl_c_ends_the_search(
   assert sqlite3.connect(tmp_path / "cache.db").execute("PRAGMA integrity_check").fetchone()[0] == "ok"
   again = cli("--prompt", "Hello", "--target", target, "--draft", draft, *tok, "--max-new-tokens", "6",
               env={"CACHEDB": str(tmp_path / "cache.db")})
+  assert "not predicted: the cost model prices a round in t(1), Algorithm 1's call, which --compare times" \
+    in first.stdout
   text = lambda out: out.split("\n\n---")[0]
   assert again.returncode == 0 and text(again.stdout) == text(stdout), again.stderr
