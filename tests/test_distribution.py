@@ -2,6 +2,7 @@
 distribution.
 
     python -m pytest tests/test_distribution.py -v --durations=0  # 40 tests, 2 minutes on 2 CPU cores
+    python -m pytest tests/test_distribution.py -s  # the same, each test printing its p-value (docs/tests.md)
 
 All 40 are in the fast tier, the README's `python -m pytest` (226 tests, 6.5 minutes; docs/tests.md).
 
@@ -24,7 +25,7 @@ import functools, itertools
 from typing import Callable
 import numpy as np, pytest
 from scipy import stats
-from tinygrad import Tensor, dtypes
+from tinygrad import Device, Tensor, dtypes
 from tiny import write_checkpoint
 from weights import load_model
 import speculative
@@ -54,6 +55,13 @@ def chisquare_pvalue(counts: np.ndarray, probs: np.ndarray) -> float:
   if len(expected) < 2:
     return 1.0  # all the mass in one bin: nothing left to compare
   return float(stats.chisquare(observed, expected).pvalue)
+
+def report(case: str, pvalues: str, n: int, bar: str) -> str:
+  """The line a test prints (pytest -s shows it) and fails with. The seeds are fixed, so its p-values are exact for
+  this device: docs/tests.md quotes them as evidence that the controls are caught."""
+  line = f"{case}: {pvalues}, N = {n:,}, {bar}, device {Device.DEFAULT}"
+  print(line)
+  return line
 
 # ***** part 1: one verification step, no model *****
 
@@ -130,8 +138,9 @@ def test_one_step_emits_q(name: str):
   β = Σ min(p, q)."""
   q, p = PAIRS[name]
   chi2_p, binom_p = step_pvalues(q, p)
-  assert chi2_p > ALPHA_STEP and binom_p > ALPHA_STEP, \
-    f"emitted-token p = {chi2_p:.2e}, acceptance p = {binom_p:.2e}"
+  line = report(f"one step, {name}", f"emitted-token p = {chi2_p:.2e}, acceptance p = {binom_p:.2e}", N_STEP,
+                f"passes at p > {ALPHA_STEP:.1e}")
+  assert chi2_p > ALPHA_STEP and binom_p > ALPHA_STEP, line
 
 # ***** part 2: the whole algorithm, through speculative_sample *****
 
@@ -201,8 +210,8 @@ CASES: dict[str, tuple[int, Sampling]] = {
 # N samples per case. Cost sets the scale: one speculative_sample call is 4 to 15 forward passes of a few ms
 # each (tinygrad's per-call overhead, not arithmetic), so N = 400 already takes most of the time budget. It is
 # enough power: every control of part 3 is rejected at this N with p < 1e-14, eight orders of magnitude below
-# its 1e-6 bar (the weakest when written: "rollback keeps the rejected draft", 9e-15, and "resample from q",
-# 1e-16). The cells that expect >= 5 samples hold 90% of the target's mass for K=1, 70% for K=2 and 50% for
+# its 1e-6 bar (the weakest, "resample from q": 6.08e-15 on DEV=CPU and CL; each control's p in docs/tests.md).
+# The cells that expect >= 5 samples hold 90% of the target's mass for K=1, 70% for K=2 and 50% for
 # K=4 (one bin pools the rest).
 N_JOINT = 400
 # Bonferroni over the grid: a correct sampler fails some case with probability <= 1e-3
@@ -220,9 +229,10 @@ def test_speculative_sample_keeps_the_targets_distribution(models: tuple[GPT2, M
   """speculative_sample's first K + 2 tokens follow the target's exact joint distribution (Theorem 1), through
   every path."""
   pvalue, paths = joint_test(*models, case)
+  line = report(case, f"p = {pvalue:.2e}", N_JOINT, f"passes at p > {ALPHA_JOINT:.1e}")
   assert min(paths.values()) >= N_JOINT // 100, \
     f"a path of Algorithm 2 is (almost) missing from the window: {paths}"
-  assert pvalue > ALPHA_JOINT, f"p = {pvalue:.2e}; paths seen: {paths}"
+  assert pvalue > ALPHA_JOINT, f"{line}; paths seen: {paths}"
 
 # ***** part 3: broken samplers (negative controls) that the same tests must reject *****
 # Each function below installs one bug by monkeypatching one of speculative.py's Tensor functions (accept,
@@ -297,22 +307,26 @@ def test_broken_sampler_is_caught(models: tuple[GPT2, ModelDraft], monkeypatch: 
   install_bug, case = CONTROLS[name]
   install_bug(monkeypatch, *models)
   pvalue, _ = joint_test(*models, case)
-  assert pvalue < 1e-6, f"p = {pvalue:.2e}: the test at N = {N_JOINT} no longer sees this bug"
+  line = report(f"control {name!r}, case {case}", f"p = {pvalue:.2e}", N_JOINT, "caught at p < 1e-6")
+  assert pvalue < 1e-6, f"{line}: the test no longer sees this bug"
 
 @pytest.mark.parametrize("install_bug", [accept_every_draft, resample_from_q])
 def test_broken_step_is_caught(monkeypatch: pytest.MonkeyPatch, install_bug: Break):
   """The one-step test, at the same N, rejects a verify that keeps every x̃ or resamples from q, with
   p < 1e-6."""
   install_bug(monkeypatch, None, None)
-  assert min(step_pvalues(*PAIRS["p is q at temperature 2"])) < 1e-6
+  chi2_p, binom_p = step_pvalues(*PAIRS["p is q at temperature 2"])
+  line = report(f"one-step control {install_bug.__name__}, pair p is q at temperature 2",
+                f"emitted-token p = {chi2_p:.2e}, acceptance p = {binom_p:.2e}", N_STEP, "caught at min(p) < 1e-6")
+  assert min(chi2_p, binom_p) < 1e-6, f"{line}: the test no longer sees this bug"
 
 # ***** part 4: a draft that is no model *****
 # Prompt lookup (speculative.NgramDraft) is deterministic: p is one-hot at each x̃, so x̃ is accepted with
 # probability q(x̃) and a rejection resamples from q with x̃ removed. The prompt repeats one token, so the
 # first round proposes (1, 1), which this target accepts often enough for all-accept rounds, and rejects often
 # enough for resampling; later rounds match what was generated, or find nothing and take a plain target step.
-# Same N as part 2 (p = 0.35 when written; the broken control below gave 9e-15); one test, so its own
-# threshold is 1e-3.
+# Same N as part 2 (p = 0.48; the broken control below gives 1.76e-11); one test, so its own threshold is
+# 1e-3.
 NGRAM_PROMPT, NGRAM_K = [1, 1, 1, 1], 2
 
 def ngram_test(target: GPT2) -> tuple[float, dict[str, int]]:
@@ -324,13 +338,16 @@ def test_ngram_draft_keeps_the_targets_distribution(models: tuple[GPT2, ModelDra
   """Theorem 1 with a deterministic draft: the first K + 2 tokens follow the target's exact joint
   distribution."""
   pvalue, paths = ngram_test(models[0])
+  line = report(f"n-gram draft, K={NGRAM_K}", f"p = {pvalue:.2e}", N_JOINT, "passes at p > 1e-3")
   assert min(paths.values()) >= N_JOINT // 100, \
     f"a path of Algorithm 2 is (almost) missing from the window: {paths}"
-  assert pvalue > 1e-3, f"p = {pvalue:.2e}; paths seen: {paths}"
+  assert pvalue > 1e-3, f"{line}; paths seen: {paths}"
 
 def test_ngram_draft_resampling_from_q_is_caught(models: tuple[GPT2, ModelDraft], monkeypatch: pytest.MonkeyPatch):
   """The n-gram case's own bug: after a rejection, drawing from q (x̃ included) instead of q with x̃
   removed."""
   resample_from_q(monkeypatch, models[0], None)
   pvalue, _ = ngram_test(models[0])
-  assert pvalue < 1e-6, f"p = {pvalue:.2e}: the test at N = {N_JOINT} no longer sees this bug"
+  line = report(f"control 'resample from q', n-gram draft, K={NGRAM_K}", f"p = {pvalue:.2e}", N_JOINT,
+                "caught at p < 1e-6")
+  assert pvalue < 1e-6, f"{line}: the test no longer sees this bug"

@@ -1,11 +1,12 @@
-"""The README is a short front door and every relative link in it and in docs/ leads somewhere.
+"""The README is a short front door, every relative link in it and in docs/ leads somewhere, and no placeholder is
+left in those pages or in the notebooks' prose.
 
 Pure text: no tinygrad, no network, a few milliseconds. Links to http(s) and mailto are not followed (the
 tests never touch the network); links to files are checked on disk, and #anchors against the headings of the
 Markdown page they point to, slugged as GitHub slugs them.
 """
 from __future__ import annotations
-import re, unicodedata
+import json, re, unicodedata
 from pathlib import Path
 from urllib.parse import unquote
 import pytest
@@ -13,6 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 MAX_LINES, MAX_COLUMNS = 200, 110
 
 # [text](target) and ![alt](target), with an optional "title"; the text may hold one level of brackets
@@ -20,6 +22,10 @@ INLINE_LINK = re.compile(r'!?\[(?:[^\[\]]|\[[^\[\]]*\])*\]\(\s*<?([^)\s>]*)>?(?:
 REFERENCE_DEFINITION = re.compile(r'^\s{0,3}\[[^\]]+\]:\s*<?(\S+?)>?(?:\s+"[^"]*")?\s*$')
 HTML_LINK = re.compile(r'<(?:a|img)\s[^>]*?(?:href|src)="([^"]*)"', re.IGNORECASE)
 EXTERNAL = ("http://", "https://", "mailto:")
+# A placeholder left where a figure or a paragraph should be: an all-caps word alone on its line (CONTROL_FIGURES
+# once stood in docs/tests.md where the controls' p-values belong), or a note to self anywhere in the prose
+PLACEHOLDER_LINE = re.compile(r"[A-Z][A-Z0-9_]+")
+PLACEHOLDER_WORD = re.compile(r"\b(?:TODO|TBD|FIXME)\b")
 
 def columns(line: str) -> int:
   """The width an editor shows: combining marks (the hat of α̂, the tilde of x̃) take no column of their own."""
@@ -39,6 +45,20 @@ def outside_code(text: str) -> list[str]:
 def prose_lines(text: str) -> list[str]:
   """The lines outside code blocks, with inline code spans blanked: a link written as code is not one."""
   return [re.sub(r"(`+)(.+?)\1", lambda m: " " * len(m.group(0)), line) for line in outside_code(text)]
+
+def placeholders(text: str) -> list[str]:
+  """The lines of a Markdown text that hold a placeholder. Code blocks are left out, and code spans too for the
+  words, where TODO can be code; an all-caps word alone on its line counts in bold, brackets or backticks."""
+  return [line.strip() for line, prose in zip(outside_code(text), prose_lines(text))
+          if PLACEHOLDER_LINE.fullmatch(line.strip().strip("`*_<>{}[]")) or PLACEHOLDER_WORD.search(prose)]
+
+def markdown(path: Path) -> str:
+  """A page's text, or a notebook's markdown cells (read from the .ipynb JSON; its code cells are code)."""
+  if path.suffix != ".ipynb":
+    return path.read_text(encoding="utf-8")
+  cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+  # a cell's source is a string or a list of lines; "".join reads both
+  return "\n\n".join("".join(cell["source"]) for cell in cells if cell["cell_type"] == "markdown")
 
 def slug(heading: str) -> str:
   """GitHub's anchor for a heading: its text without Markdown, lowercased, with punctuation dropped (letters,
@@ -112,11 +132,27 @@ def test_a_broken_link_is_reported(tmp_path: Path):
                   "`[in code](missing.md)` [web](https://example.com/x.md)\n", encoding="utf-8")
   assert [b.split(":")[0] for b in broken_links(page)] == ["missing.md", "other.md#absent", "#nowhere"]
 
+def test_a_placeholder_is_found(tmp_path: Path):
+  planted = "CONTROL_FIGURES\nThe figures are TBD.\n**RESULTS_2**\nTODO: measure on CL\nA FIXME left in prose.\n"
+  ordinary = ("# Negative controls\n## FAQ\nOn the CPU, DEV=CPU, N = 20,000: p < 1e-14.\nCPU.\nK\n"
+              "`TODO` is code here; a to-do list, todos.\n```\nRESULTS\n# TODO\n```\n")
+  assert placeholders(planted + ordinary) == ["CONTROL_FIGURES", "The figures are TBD.", "**RESULTS_2**",
+                                              "TODO: measure on CL", "A FIXME left in prose."]
+  notebook = tmp_path / "n.ipynb"
+  notebook.write_text(json.dumps({"cells": [
+    {"cell_type": "markdown", "source": ["## Results\n", "FIGURES\n"]},
+    {"cell_type": "code", "source": "# TODO: not prose\nBEAM\n"}]}), encoding="utf-8")
+  assert placeholders(markdown(notebook)) == ["FIGURES"]
+
 # ***** the repository's pages *****
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_relative_links_resolve(page: Path):
   assert broken_links(page) == [], f"{page.relative_to(ROOT)} has broken links"
+
+@pytest.mark.parametrize("page", PAGES + NOTEBOOKS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_placeholder_is_left(page: Path):
+  assert placeholders(markdown(page)) == [], f"{page.relative_to(ROOT)} holds placeholders"
 
 def test_every_docs_page_is_linked_from_the_readme():
   linked = {(README.parent / unquote(t).partition("#")[0]).resolve() for t in links(README)}
