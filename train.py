@@ -22,7 +22,7 @@ made the pair in demo/.
 
 The training loop runs in PyTorch, on Hugging Face's own GPT2LMHeadModel (requirements-hf.txt), on a GPU when
 torch has one and on one CPU core otherwise: a core trains these shapes 8 to 17 times faster than tinygrad
-0.14's default kernels (docs/demo.md has the figures). Everything after training is this project's own code:
+0.14's default kernels (docs/log.md has the figures). Everything after training is this project's own code:
 the weights are exported through gpt2.py's GPT2 and weights.save_model, and --eval scores the shipped float16
 files with gpt2.py. A run that is cut short resumes from its last evaluation (--checkpoints); --fresh starts
 over.
@@ -734,7 +734,7 @@ def finetune(hf, r: Recipe, ckpt: pathlib.Path, train_ids: np.ndarray, val_ids: 
   written), and the steps between are training's cross-entropy on windows pretrain never drew, which keeps it a
   model of the docs, plus r.token_unlikelihood times token-level unlikelihood (Welleck et al. alternate the two,
   and add the token-level term to the cross-entropy). Loops alone pushed down, a model this small falls to
-  junk words glued from sub-word tokens; the stray words and the token-level term hold that back (docs/demo.md
+  junk words glued from sub-word tokens; the stray words and the token-level term hold that back (docs/log.md
   has the figures). The learning rate decays along a cosine from r.unlikelihood_lr to a tenth of it. hf ends
   as the moving average of its weights (follow), which is also what is scored and saved (ckpt/finetune.pt)."""
   import torch
