@@ -15,7 +15,8 @@ import numpy as np
 from tinygrad import Context, Device, Tensor, TinyJit, UOp, Variable, dtypes
 from tinygrad.helpers import diskcache_get, diskcache_put
 from tinygrad.uop.ops import Ops
-from gpt2 import GPT2, MAX_ROWS, workgroups
+from gpt2 import GPT2, MAX_ROWS
+from layout import workgroups
 
 # A call of 2 or more tokens runs in steps of `rows` rows (K+1 in speculative sampling), the last one padded
 # with rows whose results are dropped: every call of up to `rows` tokens replays one step.
@@ -28,7 +29,7 @@ def width(rows: int, searched: bool, device: str) -> int:
   8). Timed alone on this project's 2-core CPU (BEAM=0): gpt2's 5 rows 344 ms unpadded, 207 ms padded to 6,
   283 ms to 8; the demo target's 68.6, 50.7 and 71.1 ms. 1 and 2 rows run as they are (the demo pair's 2 rows
   padded to 4: 8 to 13 % slower). A searched kernel picks its own layout for the real rows, and on a GPU (a
-  device with workgroups) gpt2.matvec lays the rows out itself: no padding."""
+  device with workgroups) layout.matvec lays the rows out itself: no padding."""
   if searched or rows <= 2 or workgroups(device):
     return rows
   return next(w for w in range(rows, MAX_ROWS + 1) if w % 3 == 0 or w % 4 == 0)
@@ -60,7 +61,7 @@ def search_width(device: str) -> int:
 
 # what a call's kernels depend on besides its shape: the model, the sampling heads and this file
 SOURCE = hashlib.sha256(b"".join((pathlib.Path(__file__).parent / f).read_bytes()
-                                 for f in ("gpt2.py", "sampling.py", "compiled.py"))).hexdigest()[:16]
+                                 for f in ("gpt2.py", "layout.py", "sampling.py", "compiled.py"))).hexdigest()[:16]
 
 # ***** compiled calls *****
 

@@ -1,7 +1,7 @@
 """The decode step's kernels and bytes, for the gpt2 shape with its temperature-1 Sampling head: counted on
 DEV=NULL, which runs no kernel (seconds, not minutes), without JIT graphs (bench.step_cost), which gives the
 counts an H100 runs. A decode step is bound by its number of kernels as much as by its bytes, so these hold
-what gpt2.py's layer norm and attention are shaped for."""
+what layout.py shapes gpt2.py's layer norm and attention for."""
 import json, os, subprocess, sys
 import pytest
 from tiny import REPO
@@ -17,12 +17,12 @@ FIVE_ROW_KERNELS = ONE_ROW_KERNELS + 10
 MAX_BYTES = 1.05  # bytes the kernels touch ÷ the weights' bytes: each weight read once, little else
 
 COUNT = """
-import gpt2
+import layout
 from bench import step_cost
 from sampling import Sampling
 from weights import random_model
 if {unpacked}:  # the control: each layer norm's weight and bias left in two buffers
-  gpt2.LayerNorm.pack = lambda self: None
+  layout.LayerNorm.pack = lambda self: None
 model = random_model("gpt2")
 for rows in (1, 5):
   print(*step_cost(model, rows, Sampling()))
@@ -125,7 +125,7 @@ def test_the_names_tell_an_unpadded_target_pass(missing):
 LAYOUT = r"""
 import json, sys
 from tinygrad import Tensor, dtypes
-import gpt2, speculative
+import layout, speculative
 from gpu_layout import calls, check
 from compiled import prepare
 from sampling import Sampling
@@ -153,7 +153,7 @@ def walk(weights, bits):  # the draw before: the same Tensor code with its runni
 if controls:
   draw, speculative.draw = speculative.draw, walk
   found["serial draw"] = check(*calls(*models(), 4, Sampling())[0])[1:]
-  speculative.draw, gpt2.splits = draw, lambda *args: 1
+  speculative.draw, layout.splits = draw, lambda *args: 1
   found["unsplit"] = check(*calls(*models(), 4, Sampling())[0])[1:]
 print(json.dumps(found))
 """
