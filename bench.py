@@ -24,7 +24,6 @@ against it. --scoring times one target call of T tokens alone: in total, its hos
 from __future__ import annotations
 import argparse, json, math, os, pathlib, platform, statistics, sys, tempfile, textwrap, time
 from dataclasses import asdict, fields
-from typing import Callable
 import numpy as np
 import tiktoken
 from tinygrad import Context, Device, Tensor, TinyJit, dtypes
@@ -293,26 +292,16 @@ def vs_hf(target: GPT2, draft: Draft, folders: tuple[str, str], prompts: list[li
 
 # ***** output *****
 
-# The paper's Table 1 columns, then those that explain measured ÷ predicted: (header, the cell of a row)
-COLUMNS: list[tuple[str, Callable[[dict], str]]] = [
-  ("K", lambda r: f"{r['K']}"),
-  ("Alg1 ms/tok", lambda r: f"{r['alg1_ms_per_token']:.1f}"),
-  ("Alg2 ms/tok", lambda r: f"{r['alg2_ms_per_token']:.1f}"),
-  ("speedup", lambda r: f"{r['speedup']:.2f}x"),
-  ("α̂", lambda r: f"{r['alpha']:.2f}"),
-  ("tok/round", lambda r: f"{r['tokens_per_target_call']:.2f}"),
-  ("c", lambda r: f"{r['c']:.3f}"),
-  ("r", lambda r: f"{r['r']:.2f}"),
-  ("o", lambda r: f"{r['o']:.2f}"),
-  ("ideal", lambda r: f"{r['predicted_ideal']:.2f}x"),
-  ("predicted", lambda r: f"{r['predicted']:.2f}x"),
-  ("meas/pred", lambda r: f"{r['measured_over_predicted']:.2f}"),
-  ("break-even α", lambda r: "none" if r["break_even_alpha"] is None else f"{r['break_even_alpha']:.2f}"),
-  ("ms/round", lambda r: f"{r['ms_per_round']:.2f}"),
-  ("round/parts", lambda r: f"{r['round_over_parts']:.2f}"),
-  ("host ms/round", lambda r: f"{r['host_ms_per_round']:.2f}"),
-  ("calls/round", lambda r: f"{r['calls_per_round']:.2f}"),
-]
+# The table's columns, (header, the row's key, its format): the paper's Table 1, then the cost model's, then
+# the round's own
+COLUMNS = [("K", "K", "{}"), ("Alg1 ms/tok", "alg1_ms_per_token", "{:.1f}"),
+           ("Alg2 ms/tok", "alg2_ms_per_token", "{:.1f}"), ("speedup", "speedup", "{:.2f}x"), ("α̂", "alpha", "{:.2f}"),
+           ("tok/round", "tokens_per_target_call", "{:.2f}"),
+           ("c", "c", "{:.3f}"), ("r", "r", "{:.2f}"), ("o", "o", "{:.2f}"), ("ideal", "predicted_ideal", "{:.2f}x"),
+           ("predicted", "predicted", "{:.2f}x"), ("meas/pred", "measured_over_predicted", "{:.2f}"),
+           ("break-even α", "break_even_alpha", "{:.2f}"), ("ms/round", "ms_per_round", "{:.2f}"),
+           ("round/parts", "round_over_parts", "{:.2f}"), ("host ms/round", "host_ms_per_round", "{:.2f}"),
+           ("calls/round", "calls_per_round", "{:.2f}")]
 LEGEND = ("Alg1 and Alg2 ms/tok: after the prompt's prefill, which is left out of both (as Chen et al.'s Table 1 "
           "gives ms a token); speedup: their ratio. The cost model (Leviathan et al. 2022) prices a round in "
           "t(1), Algorithm 1's call (a token), timed in turn after each run with the round and its parts: c, a "
@@ -328,9 +317,10 @@ LEGEND = ("Alg1 and Alg2 ms/tok: after the prompt's prefill, which is left out o
 
 def table(rows: list[dict]) -> str:
   """One line per K, each column as wide as its header or widest cell."""
-  widths = [max(len(header), *(len(cell(r)) for r in rows)) for header, cell in COLUMNS]
-  lines = ["  ".join(header.rjust(w) for (header, _), w in zip(COLUMNS, widths))]
-  lines += ["  ".join(cell(r).rjust(w) for (_, cell), w in zip(COLUMNS, widths)) for r in rows]
+  cells = [["none" if r[key] is None else form.format(r[key]) for _, key, form in COLUMNS] for r in rows]
+  widths = [max(len(header), *(len(row[i]) for row in cells)) for i, (header, _, _) in enumerate(COLUMNS)]
+  lines = ["  ".join(header.rjust(w) for (header, _, _), w in zip(COLUMNS, widths))]
+  lines += ["  ".join(cell.rjust(w) for cell, w in zip(row, widths)) for row in cells]
   return "\n".join(lines)
 
 def at_real_alpha(rows: list[dict]) -> str:

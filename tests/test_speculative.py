@@ -490,7 +490,5 @@ def test_first_run_says_its_kernels_are_not_searched_and_ctrl_c_ends_the_search(
   assert sqlite3.connect(tmp_path / "cache.db").execute("PRAGMA integrity_check").fetchone()[0] == "ok"
   again = cli("--prompt", "Hello", "--target", target, "--draft", draft, *tok, "--max-new-tokens", "6",
               env={"CACHEDB": str(tmp_path / "cache.db")})
-  assert "not predicted: the cost model prices a round in t(1), Algorithm 1's call, which --compare times" \
-    in first.stdout
   text = lambda out: out.split("\n\n---")[0]
   assert again.returncode == 0 and text(again.stdout) == text(stdout), again.stderr
