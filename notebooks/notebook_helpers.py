@@ -1,4 +1,5 @@
-"""What the notebooks share: their models, the coloured trace, and plot defaults.
+"""What the notebooks share: their models, the device's random numbers replayed on the host, the coloured trace,
+and plot defaults.
 
 Text and acceptance rates in the saved outputs come from the demo pair (demo-target, demo-draft: small GPT-2s
 trained by train.py on Python's documentation, shipped in demo/). Where a notebook needs exact small cases, it
@@ -37,11 +38,10 @@ def scale_weights(model: GPT2, factor: float) -> GPT2:
 def tiny_model(scale: float = 1.0, seed: int = 0) -> GPT2:
   """The tiny target (scale 1), or a draft (scale a little under 1): random_model(TINY_SHAPE, seed=seed) with
   every weight multiplied by TARGET_SCALE · scale. The same seed draws the same network; a smaller scale only
-  flattens its distributions, so its likeliest tokens stay the target's. Its kernels are not searched (see
-  gpt2.SEARCH): a toy's calls are too short for the minutes of search to pay."""
-  model = scale_weights(random_model(TINY_SHAPE, seed=seed), TARGET_SCALE * scale)
-  model.search = 0
-  return model
+  flattens its distributions, so its likeliest tokens stay the target's. Its calls run tinygrad's default
+  kernels: only the command lines search kernels (session.search_kernels), and a toy's calls are too short for
+  the minutes of search to pay."""
+  return scale_weights(random_model(TINY_SHAPE, seed=seed), TARGET_SCALE * scale)
 
 def load_models(models: str, draft_scales: tuple[float, ...] = (0.94,)) -> tuple[GPT2, dict[str, GPT2]]:
   """The target q and named drafts p.
@@ -78,6 +78,14 @@ def round_uniforms(seed: int, counter: int, K: int) -> dict[str, np.ndarray]:
   draw = lambda hi, lo: (hi * 2**24 + lo) / 2**48
   return {"r": (bits[:K] + 0.5) * 2.0**-24, "final": draw(bits[K], bits[K + 1]),
           "drafts": np.array([draw(bits[K + 2 + 2 * t], bits[K + 3 + 2 * t]) for t in range(K)])}
+
+def verify_uniforms(u: dict[str, np.ndarray], drafts: list[int], p: np.ndarray, q: np.ndarray) -> Uniforms:
+  """The uniforms of a round (round_uniforms) in the order reference.verify takes them: one r for each draft it
+  tests, up to the first rejection, then the final draw's. The device's round draws all of them at once and
+  uses the same ones, so that verify on these makes its tokens."""
+  tests = [r * p[t, x] < q[t, x] for t, (r, x) in enumerate(zip(u["r"], drafts))]  # accepted, as verify tests
+  tested = tests.index(False) + 1 if False in tests else len(drafts)
+  return Uniforms(*u["r"][:tested], u["final"])
 
 def token_text(enc, token: int) -> str:
   """One token as text; a token that is only part of a UTF-8 character shows as its bytes."""
