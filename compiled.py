@@ -215,7 +215,3 @@ def time_calls(calls: list[tuple[Compiled, list[int]]], reps: int) -> list[float
       Device[call(*values).device].synchronize()
       spent.append(time.perf_counter() - begin)
   return [float(np.median(spent)) for spent in times]
-
-def time_step(model: GPT2, rows: int, head: Head | None, reps: int = 5) -> float:
-  """Seconds of one compiled step of `rows` rows alone, at position 0 (time_calls)."""
-  return time_calls([(step(model, rows, head), [0] * (rows + 1))], reps)[0]

@@ -49,7 +49,7 @@ def test_the_count_sees_a_layer_norm_in_three_kernels(tmp_path):
 
 # A round's parts, by kernel names. The kernels a round launches (counted as tinygrad's DEBUG=2 names them, with
 # every symbolic size, start_pos or start+j+t, read as "(n)") must hold the target's step of K+1 rows and the
-# draft's K-1 one-row steps, each as time_step compiles it alone: then c and t(K+1)/t(1) are the round's. Not
+# draft's K-1 one-row steps, each as compiled.step compiles it alone: then c and t(K+1)/t(1) are the round's. Not
 # counts: a step padded to 8 rows and one of 5 differ by 3 kernels, and by the names of all the others. Left out:
 # the kernels named "E" alone, each of which writes one Variable into a one-element buffer (a step's token ids;
 # a round's target reads its drafts instead)
@@ -108,7 +108,7 @@ def missing(tmp_path_factory) -> dict[tuple[int, str, str], int]:
 @pytest.mark.parametrize("K", [2, 4, 6])
 def test_a_round_launches_the_kernels_of_its_parts_timed_alone(missing, K):
   """With default kernels (BEAM=0), the round and prompt lookup's round launch every kernel of the target's
-  K+1-row step and the draft's one-row steps, as time_step runs them alone."""
+  K+1-row step and the draft's one-row steps, as compiled.step runs them alone."""
   assert missing[(K, "round", "default")] == 0 and missing[(K, "lookup", "default")] == 0, missing
 
 def test_the_names_tell_an_unpadded_target_pass(missing):
