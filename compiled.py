@@ -29,7 +29,7 @@ def width(rows: int, searched: bool, device: str) -> int:
   8). Timed alone on this project's 2-core CPU (BEAM=0): gpt2's 5 rows 344 ms unpadded, 207 ms padded to 6,
   283 ms to 8; the demo target's 68.6, 50.7 and 71.1 ms. 1 and 2 rows run as they are (the demo pair's 2 rows
   padded to 4: 8 to 13 % slower). A searched kernel picks its own layout for the real rows, and on a GPU (a
-  device with workgroups) layout.matvec lays the rows out itself: no padding."""
+  device with workgroups) layout.fused lays the rows out itself: no padding."""
   if searched or rows <= 2 or workgroups(device):
     return rows
   return next(w for w in range(rows, MAX_ROWS + 1) if w % 3 == 0 or w % 4 == 0)

@@ -58,7 +58,7 @@ class Attention:
 
   def __call__(self, x: Tensor, start_pos: int | UOp | None, mask: Tensor | None = None) -> Tensor:
     B, T, C = x.shape
-    qkv = self.c_attn(x).split(C, dim=2)
+    qkv = layout.fused(self.c_attn(x)).split(C, dim=2)
     q, k, v = [t.reshape(B, T, self.n_head, self.head_dim).transpose(1, 2) for t in qkv]
     if start_pos is None:  # training: a whole sequence at once, no cache
       y = q.scaled_dot_product_attention(k, v, is_causal=True)
@@ -70,15 +70,14 @@ class Attention:
     mask = causal_mask(T, start_pos) if mask is None else mask  # forward passes one for all layers
     if mask is not None:
       scores = scores + mask
-    y = layout.attend(scores, v)  # softmax(scores) @ v
-    return self.c_proj(y.transpose(1, 2).reshape(B, T, C))
+    return self.c_proj(layout.attend(scores, v))  # softmax(scores) @ v, the heads side by side
 
 class MLP:
   def __init__(self, cfg: GPT2Config):
     self.c_fc, self.c_proj = layout.Linear(cfg.n_embd, 4 * cfg.n_embd), layout.Linear(4 * cfg.n_embd, cfg.n_embd)
 
   def __call__(self, x: Tensor) -> Tensor:
-    return self.c_proj(self.c_fc(x).gelu())  # GPT-2's gelu is the tanh approximation, as is tinygrad's
+    return self.c_proj(layout.fused(self.c_fc(x).gelu()))  # GPT-2's gelu: the tanh approximation, as tinygrad's
 
 class Block:
   def __init__(self, cfg: GPT2Config):
@@ -86,8 +85,8 @@ class Block:
     self.ln_2, self.mlp = layout.LayerNorm(cfg.n_embd, cfg.norm_eps), MLP(cfg)
 
   def __call__(self, x: Tensor, start_pos: int | UOp | None, mask: Tensor | None = None) -> Tensor:
-    x = x + self.attn(self.ln_1(x), start_pos, mask)  # pre-norm residual blocks, as in GPT-2
-    return x + self.mlp(self.ln_2(x))
+    x = layout.fused(x + self.attn(self.ln_1(x), start_pos, mask))  # pre-norm residual blocks, as in GPT-2
+    return layout.fused(x + self.mlp(self.ln_2(x)))
 
 class GPT2:
   def __init__(self, cfg: GPT2Config):
@@ -117,7 +116,7 @@ class GPT2:
     T = ids.shape[0]
     x = self.wte.weight[ids].unsqueeze(0)  # a gather: reads T rows of the embedding, not all of it
     # a call's padding rows may sit past the context's end: give them zero position embeddings there
-    x = x + self.wpe.weight.pad(((0, MAX_ROWS - 1), None))[start_pos:start_pos + T]
+    x = (x + self.wpe.weight.pad(((0, MAX_ROWS - 1), None))[start_pos:start_pos + T]).contiguous()
     mask = causal_mask(T, start_pos)  # one Tensor for all layers, one kernel (made in each, a kernel per layer)
     for block in self.h:
       x = block(x, start_pos, mask)

@@ -19,75 +19,84 @@ whole rows) a product stays x.linear(weight.T, bias), and the layer norm writes 
 """
 from __future__ import annotations
 import math
-from tinygrad import Context, Device, Tensor, dtypes, nn
+from tinygrad import Context, Device, Tensor, UOp, dtypes, nn
+from tinygrad.codegen.opt import Opt, OptOps
+from tinygrad.function import function
+from tinygrad.uop.ops import Ops
 
-# ***** the products: nn.Linear and the LM head, as matvec *****
+# ***** the products: nn.Linear and the LM head, each one kernel on a GPU *****
 
 def workgroups(device: str) -> bool:
-  """Whether the device runs threads in workgroups (a GPU; OpenCL): there matvec splits its sums and lays out its
-  rows itself. tinygrad's CPU device runs a thread per core."""
+  """Whether the device runs threads in workgroups (a GPU; OpenCL): there each product is one kernel laid out by
+  fused. tinygrad's CPU device runs a thread per core."""
   return Device[device].renderer.has_local
 
-def splits(C: int, O: int, weight: Tensor) -> int:
-  """Into how many partial sums a product with the weight (O, C) splits its sum over the C inputs. 1 on a device
-  without workgroups (tinygrad's CPU device: a thread per core, each reading whole rows; the split layouts tried
-  there were 1.1 to 1.6 times slower at 5 rows, gpt2-xl's c_fc to its c_attn). On a GPU, the fewest S for which
-  O/4 · S threads (tinygrad's kernel gives a thread 4 outputs) read the weight: at least min(32768, its bytes ÷
-  64), as a GPU keeps its memory busy only with tens of thousands of loads in flight (gpt2-xl's c_attn and c_fc
-  40, its c_projs 100, the LM head 4; gpt2's 64, 96, 48, 192 and 8)."""
-  if not workgroups(weight.device) or C % 4 or O % 4:
-    return 1
-  enough = min(32768, C * O * weight.dtype.itemsize // 64)
-  # S a multiple of 4, so that a workgroup holds 4 or 8 neighbouring partial sums (see matvec), and one that
-  # leaves runs of 4 inputs whole where C allows (C/4 even), else of 1
-  fits = [S for S in range(4, C // 4 + 1, 4) if C // 4 % S == 0] or [S for S in range(4, C + 1, 4) if C % S == 0]
-  return next((S for S in fits if O // 4 * S >= enough), fits[-1] if fits else 1)
-
-def matvec(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-  """x @ weight.T + bias, for x (..., T, C) and weight (O, C), nn.Linear's layout: each output a sum of C
-  products, in float32. On a GPU that sum is split into S partial sums (splits), one kernel computing all of them
-  and a second adding them up. The price: more kernels (a gpt2-xl step 538 -> 731) and the partial sums written
-  and read back (at most 7.7 MB a product, gpt2-xl's c_projs at 6 rows, within an H100's 50 MB of L2), for
-  weights read once by tens of thousands of threads (gpt2-xl's c_fc by 1600 before)."""
-  *lead, T, C = x.shape
-  O, S = weight.shape[0], splits(C, weight.shape[0], weight)
-  if S == 1:
+def product(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+  """x @ weight.T + bias, for x (..., C) and weight (O, C), nn.Linear's layout, summed in float32."""
+  if not workgroups(weight.device):
     return x.linear(weight.T, bias)
-  x = x.reshape(-1, C)
-  if x.shape[0] > 36:  # more rows than one thread holds: in blocks of 36, each reading the weight once
-    return Tensor.cat(*[matvec(block, weight, bias) for block in x.split(36)]).reshape(*lead, T, O)
-  rows = padded_rows(x.shape[0])
-  # input c = U(S·l + s) + u: partial sum s takes U neighbouring inputs of each run of U·S, so that neighbouring
-  # threads (s, s+1) read neighbouring addresses of every weight row, U at a time where the kernel's thread has
-  # registers for them (a thread holds the 4 outputs it computes for every row)
-  U = 4 if math.prod(rows) <= 15 and C % (4 * S) == 0 else 1
-  xs = rows_padded(x, rows).reshape(*rows, 1, -1, S, U)
-  partial = (xs * weight.reshape(O, -1, S, U)).sum((-3, -1), dtype=dtypes.float32)  # (*rows, O, S)
-  y = partial.permute(*range(len(rows)), -1, -2).contiguous().sum(-2)
-  y = y.reshape(-1, O)[:T] if len(rows) == 1 else y[:-1, :-1].reshape(-1, O)[:T]
-  return (y if bias is None else y + bias).cast(weight.dtype).reshape(*lead, T, O)
-
-def padded_rows(R: int) -> tuple[int, ...]:
-  """How matvec lays out R rows: padded with rows that the load masks, as one axis of up to 7 or two whose
-  product is at most 49, as tinygrad gives one thread every row of such axes (its kernels unroll masked
-  axes that small), so that each weight is read once for all rows; unmasked, each row would read it again."""
-  if R == 1:
-    return (R,)
-  if R <= 6:
-    return (R + 1,)
-  return min(((a + 1, -(-R // a) + 1) for a in range(2, 7) if -(-R // a) <= 6), key=math.prod)
-
-def rows_padded(x: Tensor, rows: tuple[int, ...]) -> Tensor:
-  """x (R, C) as padded_rows lays it out: its rows, then zeros that the load masks, in rows (one axis or two)."""
-  if len(rows) == 1:
-    return x.pad(((0, rows[0] - x.shape[0]), None))
-  a, b = rows[0] - 1, rows[1] - 1
-  return x.pad(((0, a * b - x.shape[0]), None)).reshape(a, b, -1).pad(((0, 1), (0, 1), None))
+  y = (x.unsqueeze(-2) * weight).sum(-1, dtype=dtypes.float32)
+  return (y if bias is None else y + bias).cast(weight.dtype)
 
 class Linear(nn.Linear):
-  """nn.Linear, weight (out, in) and bias, run as matvec."""
+  """nn.Linear, weight (out, in) and bias, as product: unwritten, so that fused can add what follows it."""
   def __call__(self, x: Tensor) -> Tensor:
-    return matvec(x, self.weight, self.bias)
+    return product(x, self.weight, self.bias)
+
+ROWS = 16  # the most rows a thread of fused's kernels computes: it holds a sum for each, and each adds registers
+
+def fused(t: Tensor) -> Tensor:
+  """t, computed by one kernel and written out: t holds one product, with the elementwise work before it (a layer
+  norm's normalisation, in its load) and after it (a bias, a residual, gelu). On a GPU the kernel's opts lay it
+  out (sum_opts); elsewhere, tinygrad's default kernels."""
+  if not workgroups(t.device):
+    return t
+  *lead, O = t.shape
+  R = math.prod(lead)
+  blocks = -(-R // ROWS)  # blocks of at most ROWS rows, each read the weight once, padded to `rows` rows each
+  rows = -(-R // blocks)
+  opts = sum_opts(blocks, rows, O, terms(t), t.device)
+  padded = t.reshape(R, O).pad(((0, blocks * rows - R), None))
+  # opts reach a kernel as its CONTIGUOUS's arg only inside a tinygrad.function: outside one, tinygrad 0.14
+  # drops them when it turns the CONTIGUOUS into a store
+  return function(lambda padded: padded.contiguous(arg=opts))(padded)[:R].reshape(*lead, O)
+
+WRITTEN = {Ops.CONTIGUOUS, Ops.BUFFER, Ops.AFTER, Ops.FUNCTION, Ops.CALL}  # the lazy graph's written Tensors
+
+def terms(t: Tensor) -> int:
+  """How many terms the one sum inside t adds (C, its product's inputs), looking back to what is written; sums
+  that read no memory (an arange's) are no product's."""
+  def inside(u: UOp) -> list[UOp]:  # what u is computed from, back to (not including) what is written
+    return list(u.toposort(gate=lambda u: u.op not in WRITTEN))
+  sums = [u for u in inside(t.uop) if u.op is Ops.REDUCE and any(s.op in WRITTEN for v in inside(u) for s in v.src)]
+  if len(sums) != 1:
+    raise ValueError(f"fused makes one kernel of one sum, and this Tensor holds {len(sums)}")
+  return math.prod(sums[0].src[0].shape) // math.prod(sums[0].shape)
+
+def sum_opts(blocks: int, rows: int, O: int, C: int, device: str) -> tuple[Opt, ...]:
+  """The opts of a kernel computing blocks × rows rows of O outputs, each a sum of C products: G threads of a
+  workgroup share each sum (GROUP: their partial sums meet in local memory), each reading u neighbouring inputs
+  at once (UNROLL), so that neighbouring threads read neighbouring addresses; each thread computes U outputs
+  (UPCAST) for all the rows of a block (UPCAST), so that each block reads the weight once. G, u and U as in
+  layout_of. The kernel's axes: its blocks × rows rows where more than one, its outputs, then the sum; the
+  rows' UPCAST splits the first into blocks (a global axis: a workgroup each) and rows (in every thread)."""
+  G, u, U = layout_of(O, C, Device[device].renderer.shared_max // (4 * rows))
+  opts = [Opt(OptOps.UNROLL, 0, u)] if u > 1 else []
+  opts += [Opt(OptOps.GROUP, 0, G)] if G > 1 else []
+  opts += [Opt(OptOps.UPCAST, int(blocks * rows > 1), U)] if U > 1 else []
+  return tuple(opts + ([Opt(OptOps.UPCAST, 0, rows)] if rows > 1 else []))
+
+THREADS = 32768  # a GPU keeps its memory busy only with tens of thousands of loads in flight
+
+def layout_of(O: int, C: int, local: int) -> tuple[int, int, int]:
+  """(G, u, U) for O sums of C products: the first, in order of G = 32, 64, 128, 256 threads a sum, then u = 4,
+  2, 1 inputs a load, then U = 4, 2, 1 outputs a thread, whose O/U · G threads reach THREADS, else the one with
+  the most threads; G · U at most `local` (the floats of local memory a row may take). Where C is no multiple
+  of 32, G is the largest power of two dividing it."""
+  Gs = [G for G in (32, 64, 128, 256) if C % G == 0] or [math.gcd(C, 32)]
+  fits = [(G, u, U) for G in Gs for u in (4, 2, 1) for U in (4, 2, 1)
+          if C % (G * u) == 0 and O % U == 0 and G * U <= local]
+  return next((f for f in fits if O // f[2] * f[0] >= THREADS), max(fits, key=lambda f: O // f[2] * f[0]))
 
 def padded_vocab(V: int) -> int:
   """The vocabulary as the device sees it: V rounded up to a multiple of 64, with tokens that never occur (logit
@@ -100,8 +109,8 @@ def lm_head(x: Tensor, wte: Tensor) -> Tensor:
   """The LM head tied to the token embedding wte (V, C): float32 logits x @ wte.T for x (T, C), over
   padded_vocab(V) tokens, -inf for the padding ones."""
   V = wte.shape[0]
-  logits = matvec(x, wte.pad(((0, padded_vocab(V) - V), None))).float()
-  return (Tensor.arange(logits.shape[-1]) < V).where(logits, float("-inf"))
+  logits = product(x, wte.pad(((0, padded_vocab(V) - V), None))).float()
+  return fused((Tensor.arange(logits.shape[-1]) < V).where(logits, float("-inf")))
 
 # ***** the layer norm and the softmax, in as few kernels as tinygrad allows *****
 
@@ -145,9 +154,13 @@ class LayerNorm:
     self.weight, self.bias = both[0], both[1]
 
 def attend(scores: Tensor, v: Tensor) -> Tensor:
-  """softmax(scores) @ v, in v's dtype, dividing by the softmax's sum after the product, in its epilogue (T ×
-  head_dim divisions): exp(scores - max) then reads only two buffers, which tinygrad computes inside the
-  product's load instead of writing it out (3 kernels: max, sum, product; softmax first took 4). The result is
-  written out: left to c_proj, its division would be redone in c_proj's load for every output column."""
-  e = (scores - scores.max(-1, keepdim=True)).exp()
-  return ((e @ v.float()) / e.sum(-1, keepdim=True)).cast(v.dtype).contiguous()
+  """softmax(scores) @ v for scores (B, H, T, S) and v (B, H, S, D), in v's dtype, the heads side by side as
+  c_proj reads them: (B, T, H·D). exp(scores - max) is summed twice over the keys in one kernel, against v and
+  alone (each output column adds up its own copy of the softmax's sum), so that attention takes 3 kernels after
+  the KV write: the scores, their max, this one (a separate sum took 4). Written out, each row's inputs side by
+  side (one sum over them in c_proj's kernel, not one a head); left to c_proj, the division would be redone in
+  its load for every output column."""
+  B, H, T, D = *scores.shape[:3], v.shape[-1]
+  e = (scores - scores.max(-1, keepdim=True)).exp().unsqueeze(-1)  # (B, H, T, S, 1)
+  y = (e * v.float().unsqueeze(-3)).sum(-2) / e.expand(*e.shape[:-1], D).sum(-2)
+  return y.cast(v.dtype).transpose(1, 2).reshape(B, T, H * D).contiguous()
