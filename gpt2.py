@@ -58,7 +58,7 @@ class Attention:
 
   def __call__(self, x: Tensor, start_pos: int | UOp | None, mask: Tensor | None = None) -> Tensor:
     B, T, C = x.shape
-    qkv = layout.fused(self.c_attn(x)).split(C, dim=2)
+    qkv = layout.fused(self.c_attn(x)).split(C, dim=2)  # one kernel on a GPU (layout.py)
     q, k, v = [t.reshape(B, T, self.n_head, self.head_dim).transpose(1, 2) for t in qkv]
     if start_pos is None:  # training: a whole sequence at once, no cache
       y = q.scaled_dot_product_attention(k, v, is_causal=True)
@@ -85,7 +85,9 @@ class Block:
     self.ln_2, self.mlp = layout.LayerNorm(cfg.n_embd, cfg.norm_eps), MLP(cfg)
 
   def __call__(self, x: Tensor, start_pos: int | UOp | None, mask: Tensor | None = None) -> Tensor:
-    x = layout.fused(x + self.attn(self.ln_1(x), start_pos, mask))  # pre-norm residual blocks, as in GPT-2
+    # pre-norm residual blocks, as in GPT-2; layout.fused makes each sum and the product that ends its branch (a
+    # c_proj) one kernel on a GPU
+    x = layout.fused(x + self.attn(self.ln_1(x), start_pos, mask))
     return layout.fused(x + self.mlp(self.ln_2(x)))
 
 class GPT2:
@@ -115,7 +117,8 @@ class GPT2:
     with start_pos symbolic and the ids bound numbers or tokens drawn on the device."""
     T = ids.shape[0]
     x = self.wte.weight[ids].unsqueeze(0)  # a gather: reads T rows of the embedding, not all of it
-    # a call's padding rows may sit past the context's end: give them zero position embeddings there
+    # a call's padding rows may sit past the context's end: give them zero position embeddings there. Written out:
+    # the gather is a sum, and layout.fused lays out a kernel of one sum, the first block's product
     x = (x + self.wpe.weight.pad(((0, MAX_ROWS - 1), None))[start_pos:start_pos + T]).contiguous()
     mask = causal_mask(T, start_pos)  # one Tensor for all layers, one kernel (made in each, a kernel per layer)
     for block in self.h:

@@ -1,21 +1,37 @@
-"""How gpt2.py's products, layer norms and softmax are laid out in kernels: the same math as plain GPT-2, written
-so that tinygrad's default kernels (BEAM=0, nothing of tinygrad's patched) run it as a GPU wants and as few
-kernels as a decode step can take. gpt2.py calls it as nanoGPT's model.py calls flash attention.
+"""How gpt2.py's products, layer norms and softmax become kernels: the same math as plain GPT-2, laid out so that a
+decode step launches few kernels, each shaped as a GPU wants it. A learner may skip this file: gpt2.py reads as
+GPT-2 without it, and on tinygrad's CPU device most of it changes nothing (a product there is nn.Linear's own
+x.linear(weight.T, bias), and fused leaves its Tensor as it is).
 
-    Linear, LayerNorm      nn.Linear (products run as matvec) and GPT-2's layer norm
-    attend(scores, v)      softmax(scores) @ v
-    lm_head(x, wte)        the tied LM head, over the vocabulary padded to a multiple of 64
+    Linear, product(x, w, b)   nn.Linear: x @ w.T + b, summed in float32
+    fused(t)                   t (one product and the elementwise work around it) computed by one kernel
+    LayerNorm                  GPT-2's layer norm: its statistics in one kernel, x normalised in the next load
+    attend(scores, v)          softmax(scores) @ v, the heads side by side
+    lm_head(x, wte)            the tied LM head, over the vocabulary padded to a multiple of 64
 
-Why, in numbers. A decode step is bound by its number of kernels as much as by its bytes (each launch has a ramp
-up and down): on an H100 (float16, searched) gpt2-xl first took 3.6 ms a token for a 1.06 ms floor, with 16
-kernels a block; the layer norm and attention below make it 11 (a gpt2-xl step of one row 780 -> 538 kernels,
-gpt2's 204 -> 142, tests/test_kernels.py). And compiled for an H100 (DEV=NULL:CUDA:sm_90, tests/gpu_layout.py),
-Algorithm 1's token once ran 103 kernels with a thread looping over 1024 times (every sum over GPT-2's 50257
-tokens as 29 threads of 1733 steps; each layer norm's mean summed by each of 32 threads alone; the draw's walk of
-its CDF, which speculative.py now writes out) and read 193 weights with too few threads, none of them coalesced
-(the MLP's first product: 20.5 MB read by 1600 threads, neighbours 12,800 bytes apart); laid out as below, 0 and
-0, in 745 kernels instead of 549. On tinygrad's CPU device (no workgroups: a thread per core, each streaming
-whole rows) a product stays x.linear(weight.T, bias), and the layer norm writes its result out (LayerNorm).
+Why. A decode step reads each weight once and does two flops a weight, so on a GPU its time is its bytes over the
+memory's bandwidth plus a few microseconds for every kernel it launches, the ramp up and down of each, even
+inside a CUDA graph (docs/benchmarks.md, "On a GPU": about 4 µs a kernel on an H200). So a block is 10 kernels:
+ln_1's statistics; q, k, v; the KV write; the scores; their max; their softmax times v; c_proj, adding the
+residual; ln_2's statistics; c_fc, with gelu; c_proj, adding the residual. Each product is one kernel that reads
+its weight once for all the rows of a call (K + 1 in a round), by tens of thousands of threads at neighbouring
+addresses, its sums shared by the threads of a workgroup: no partial sums written out and read back.
+
+How, in tinygrad 0.14 (pinned in requirements.txt). tinygrad lays each kernel out by its opts (which loops
+become threads, workgroups, registers), chosen by a heuristic whose matrix-vector rule does not fire on these
+products (a float16 product summed in float32 puts a cast between the multiply and the sum; the layer norm sits
+in the load; several rows add a loop the weight's index lacks) and, where it does, leaves a large weight to too
+few threads. So fused gives the kernel its opts (sum_opts): tinygrad applies a CONTIGUOUS's arg, a tuple of
+Opts, to the kernel that computes it (tinygrad/schedule/rangeify.py, get_contiguous, to KernelInfo.opts_to_apply),
+but only for a CONTIGUOUS made inside a tinygrad.function: outside one it turns the CONTIGUOUS into a store first,
+and the opts are dropped. What it costs: these kernels skip tinygrad's own opts and its BEAM search (--search
+leaves them as they are); an opt that does not fit raises KernelOptError when the kernel compiles; and it relies
+on that path of tinygrad's scheduler, which tests/test_kernels.py watches (a product's threads and addresses, and
+10 kernels a block at GPT-2's widths, compiled for an H100 with no GPU; its control drops the opts).
+
+Measured so, compiled for an H100 (DEV=NULL:CUDA:sm_90, float16, BEAM=0, 2026-11-28): a block launches 10 kernels
+at 1 row and at 5 (15 before: each product was a kernel of partial sums and a kernel adding them up), the
+buffers they bind 1.02 to 1.03 times as large at 5 rows as at 1 (1.46 times before, for gpt2-xl's width).
 """
 from __future__ import annotations
 import math
@@ -43,19 +59,20 @@ class Linear(nn.Linear):
   def __call__(self, x: Tensor) -> Tensor:
     return product(x, self.weight, self.bias)
 
-ROWS = 16  # the most rows a thread of fused's kernels computes: it holds a sum for each, and each adds registers
+ROWS = 16  # the most rows one thread of fused's kernels computes, holding U sums for each in registers
 
 def fused(t: Tensor) -> Tensor:
   """t, computed by one kernel and written out: t holds one product, with the elementwise work before it (a layer
   norm's normalisation, in its load) and after it (a bias, a residual, gelu). On a GPU the kernel's opts lay it
-  out (sum_opts); elsewhere, tinygrad's default kernels."""
-  if not workgroups(t.device):
+  out (sum_opts); elsewhere, and where t holds more than one sum since what is written (notebook 02 feeds the
+  blocks an embedding it has not written), tinygrad's default kernels."""
+  if not workgroups(t.device) or len(sums := sums_in(t)) != 1:
     return t
   *lead, O = t.shape
-  R = math.prod(lead)
-  blocks = -(-R // ROWS)  # blocks of at most ROWS rows, each read the weight once, padded to `rows` rows each
+  R, C = math.prod(lead), math.prod(sums[0].src[0].shape) // math.prod(sums[0].shape)
+  blocks = -(-R // ROWS)  # blocks of at most ROWS rows, each reading the weight once, each padded to `rows` rows
   rows = -(-R // blocks)
-  opts = sum_opts(blocks, rows, O, terms(t), t.device)
+  opts = sum_opts(blocks, rows, O, C, t.device)
   padded = t.reshape(R, O).pad(((0, blocks * rows - R), None))
   # opts reach a kernel as its CONTIGUOUS's arg only inside a tinygrad.function: outside one, tinygrad 0.14
   # drops them when it turns the CONTIGUOUS into a store
@@ -63,23 +80,27 @@ def fused(t: Tensor) -> Tensor:
 
 WRITTEN = {Ops.CONTIGUOUS, Ops.BUFFER, Ops.AFTER, Ops.FUNCTION, Ops.CALL}  # the lazy graph's written Tensors
 
-def terms(t: Tensor) -> int:
-  """How many terms the one sum inside t adds (C, its product's inputs), looking back to what is written; sums
-  that read no memory (an arange's) are no product's."""
+def sums_in(t: Tensor) -> list[UOp]:
+  """The sums t is computed from since what is written, less those that read no memory (an arange's)."""
   def inside(u: UOp) -> list[UOp]:  # what u is computed from, back to (not including) what is written
     return list(u.toposort(gate=lambda u: u.op not in WRITTEN))
-  sums = [u for u in inside(t.uop) if u.op is Ops.REDUCE and any(s.op in WRITTEN for v in inside(u) for s in v.src)]
-  if len(sums) != 1:
-    raise ValueError(f"fused makes one kernel of one sum, and this Tensor holds {len(sums)}")
-  return math.prod(sums[0].src[0].shape) // math.prod(sums[0].shape)
+  return [u for u in inside(t.uop) if u.op is Ops.REDUCE and any(s.op in WRITTEN for v in inside(u) for s in v.src)]
 
 def sum_opts(blocks: int, rows: int, O: int, C: int, device: str) -> tuple[Opt, ...]:
-  """The opts of a kernel computing blocks × rows rows of O outputs, each a sum of C products: G threads of a
-  workgroup share each sum (GROUP: their partial sums meet in local memory), each reading u neighbouring inputs
-  at once (UNROLL), so that neighbouring threads read neighbouring addresses; each thread computes U outputs
-  (UPCAST) for all the rows of a block (UPCAST), so that each block reads the weight once. G, u and U as in
-  layout_of. The kernel's axes: its blocks × rows rows where more than one, its outputs, then the sum; the
-  rows' UPCAST splits the first into blocks (a global axis: a workgroup each) and rows (in every thread)."""
+  """The opts of a kernel computing blocks × rows rows of O outputs, each a sum of C products (layout_of picks G,
+  u and U), and what each buys and costs:
+
+    UNROLL u     a thread loads u neighbouring inputs at once, its neighbour the next u: the weight's rows are
+                 read at neighbouring addresses, u at a time
+    GROUP G      G threads of a workgroup share each sum, each adding C / (G·u) loads: enough threads to keep a
+                 GPU's memory busy; then the G partial sums meet in local memory (a barrier and G more adds)
+    UPCAST U     a thread computes U outputs: each input it loads serves U rows of the weight
+    UPCAST rows  a thread computes them for every row of its block, so that a block reads the weight once, at
+                 the price of rows × U sums held in registers: hence ROWS, and blocks beyond it (a workgroup
+                 each, each reading the weight again)
+
+  The kernel's axes, before them: its blocks × rows rows where more than one, its outputs, then the sum; the
+  last UPCAST splits the first into blocks and rows."""
   G, u, U = layout_of(O, C, Device[device].renderer.shared_max // (4 * rows))
   opts = [Opt(OptOps.UNROLL, 0, u)] if u > 1 else []
   opts += [Opt(OptOps.GROUP, 0, G)] if G > 1 else []

@@ -2,6 +2,7 @@
 queue programs compile with clang, which a GPU machine may lack), a run on OpenCL (pocl) needs no C compiler,
 and what a device cannot do is refused in one sentence before any model loads."""
 import os, subprocess, sys
+import numpy as np
 import pytest
 from tiny import REPO, TOKENIZER_DIR, run_script, write_checkpoint
 
@@ -72,3 +73,48 @@ def test_cuda_without_nvrtc_is_refused_before_loading(tmp_path):
   NVRTC_PATH."""
   message = refused(["--half"], {"DEV": "NULL:CUDA:sm_90", "NVRTC_PATH": "", "XDG_CACHE_HOME": str(tmp_path)})
   assert "NVRTC" in message and "NVRTC_PATH" in message
+
+SAME = """
+import sys, numpy as np
+import compiled
+from sampling import Sampling
+from speculative import ModelDraft, speculative_sample
+from weights import load_model
+out = {}
+for folder in sys.argv[2:]:
+  target, draft = load_model(folder + "/target"), ModelDraft(load_model(folder + "/draft"))
+  ids = np.random.default_rng(0).integers(0, target.config.vocab_size, 24).tolist()
+  for rows in (1, 5, 8, 17):  # a token, K + 1 at K = 4 and 16, and the prefill's rows (compiled.PREFILL_ROWS)
+    out[f"{folder} logits, {rows} rows"] = compiled.logits(target, ids, 0, rows=rows)
+  tokens, _, _ = speculative_sample(target, draft, ids[:3], 12, K=4, sampling=Sampling(0.0), seed=0, eos=None)
+  out[f"{folder} greedy tokens"] = np.array(tokens)
+np.savez(sys.argv[1], **out)
+"""
+
+@pytest.mark.slow
+@needs_opencl
+def test_the_gpu_layout_computes_what_the_cpu_computes(tmp_path):
+  """On OpenCL (pocl: workgroups, so layout.py's GPU kernels: each product one kernel whose sum a workgroup
+  shares) the logits match tinygrad's CPU device within float32 rounding at 1, 5, 8 and 17 rows, for a width
+  that is a multiple of 32 (128, 4 heads) and one that is not (48, 3 heads, GPT-2's vocabulary); and greedy
+  speculative sampling emits the same tokens."""
+  folders = []
+  for n_layer, n_head, n_embd, vocab_size in ((2, 4, 128, 512), (1, 3, 48, 50257)):
+    folder = tmp_path / f"{n_embd}"
+    for name, seed in (("target", 1), ("draft", 2)):
+      write_checkpoint(folder / name, n_layer=n_layer, n_head=n_head, n_embd=n_embd, vocab_size=vocab_size,
+                       n_ctx=64, seed=seed)
+    folders.append(str(folder))
+  results = {}
+  for device in ("CPU", "CL"):
+    out = subprocess.run([sys.executable, "-c", SAME, str(tmp_path / f"{device}.npz"), *folders],
+                         capture_output=True, text=True, cwd=REPO, timeout=900,
+                         env={**os.environ, "DEV": device, "BEAM": "0", "CACHEDB": str(tmp_path / f"{device}.db")})
+    assert out.returncode == 0, out.stderr
+    results[device] = dict(np.load(tmp_path / f"{device}.npz"))
+  for key, on_cpu in results["CPU"].items():
+    on_cl = results["CL"][key]
+    if "greedy" in key:
+      assert (on_cl == on_cpu).all(), (key, on_cl, on_cpu)
+    else:
+      assert np.abs(on_cl - on_cpu).max() <= 1e-5 * max(1.0, np.abs(on_cpu).max()), key

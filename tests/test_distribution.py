@@ -28,7 +28,7 @@ from scipy import stats
 from tinygrad import Device, Tensor, dtypes
 from tiny import write_checkpoint
 from weights import load_model
-import speculative
+import layout, speculative
 from gpt2 import GPT2
 from reference import next_probs
 from sampling import Sampling
@@ -153,13 +153,26 @@ def test_one_step_emits_q(name: str):
 VOCAB, PROMPT = 4, [0]
 TINY = dict(n_layer=1, n_head=1, n_embd=8, vocab_size=VOCAB, n_ctx=16)
 
-@pytest.fixture(scope="module")
-def models(tmp_path_factory) -> tuple[GPT2, ModelDraft]:
+# Each part-2 and part-3 test runs twice: with float32 weights, and (in the slow tier, on a device that computes
+# in float16) with float16 weights, whose activations are float16 too. On tinygrad's CPU device float16 is a
+# storage type, every product and sum computed in float32 and rounded to float16 where written: the test shows
+# that the round keeps the target's distribution q as float16 weights and activations give it, K + 1 rows at
+# once against the reference's one-row passes included; it shows nothing of a GPU's float16 arithmetic.
+WEIGHTS = [pytest.param(dtypes.float32, id="float32"), pytest.param(dtypes.float16, id="float16", marks=pytest.mark.slow)]
+
+@pytest.fixture(scope="module", params=WEIGHTS)
+def models(request, tmp_path_factory) -> tuple[GPT2, ModelDraft]:
   """The target q and the draft p, loaded once so that their JIT stays warm for the whole module."""
+  if request.param not in Device[Device.DEFAULT].renderer.supported_dtypes():
+    pytest.skip(f"{Device.DEFAULT} does not compute in {request.param}")
   folder = tmp_path_factory.mktemp("tiny")
-  target = load_model(str(write_checkpoint(folder / "target", seed=5, std=0.6, **TINY)))
-  draft = load_model(str(write_checkpoint(folder / "draft", seed=10, std=0.5, **TINY)))
+  target = load_model(str(write_checkpoint(folder / "target", seed=5, std=0.6, **TINY)), request.param)
+  draft = load_model(str(write_checkpoint(folder / "draft", seed=10, std=0.5, **TINY)), request.param)
   return target, ModelDraft(draft)
+
+def weights(models: tuple[GPT2, ModelDraft]) -> str:
+  """The models' weights, for the report line: float32 or float16."""
+  return f"float{8 * models[0].wte.weight.dtype.itemsize} weights"
 
 @functools.cache
 def exact_joint(target: GPT2, L: int, settings: Sampling,
@@ -229,10 +242,27 @@ def test_speculative_sample_keeps_the_targets_distribution(models: tuple[GPT2, M
   """speculative_sample's first K + 2 tokens follow the target's exact joint distribution (Theorem 1), through
   every path."""
   pvalue, paths = joint_test(*models, case)
-  line = report(case, f"p = {pvalue:.2e}", N_JOINT, f"passes at p > {ALPHA_JOINT:.1e}")
+  line = report(f"{case}, {weights(models)}", f"p = {pvalue:.2e}", N_JOINT, f"passes at p > {ALPHA_JOINT:.1e}")
   assert min(paths.values()) >= N_JOINT // 100, \
     f"a path of Algorithm 2 is (almost) missing from the window: {paths}"
   assert pvalue > ALPHA_JOINT, f"{line}; paths seen: {paths}"
+
+def test_on_a_device_with_workgroups_the_rounds_run_layout_py_products(models: tuple[GPT2, ModelDraft],
+                                                                       monkeypatch: pytest.MonkeyPatch):
+  """How part 2 is known to test layout.py's GPU products on OpenCL (CI runs this file with DEV=CL), though its
+  models are tiny: every forward pass that a freshly compiled round traces lays out each of its products (4 a
+  block, and the LM head) as one kernel with layout.fused's opts, none left to tinygrad's own."""
+  target, draft = models
+  if not layout.workgroups(target.wte.weight.device):
+    pytest.skip("tinygrad's CPU device has no workgroups: there the products are tinygrad's own kernels")
+  laid_out, passes = [], []
+  function, forward = layout.function, GPT2.forward
+  monkeypatch.setattr(layout, "function", lambda fn: laid_out.append(fn) or function(fn))
+  monkeypatch.setattr(GPT2, "forward", lambda model, *args: passes.append(model.config.n_layer) or forward(model, *args))
+  monkeypatch.setattr(target, "calls", {})  # compiled again, from nothing
+  monkeypatch.setattr(draft.model, "calls", {})
+  speculative_sample(target, draft, PROMPT, 4, K=2, seed=0, eos=None)
+  assert passes and len(laid_out) == sum(4 * n_layer + 1 for n_layer in passes), (len(laid_out), passes)
 
 # ***** part 3: broken samplers (negative controls) that the same tests must reject *****
 # Each function below installs one bug by monkeypatching one of speculative.py's Tensor functions (accept,
@@ -307,7 +337,8 @@ def test_broken_sampler_is_caught(models: tuple[GPT2, ModelDraft], monkeypatch: 
   install_bug, case = CONTROLS[name]
   install_bug(monkeypatch, *models)
   pvalue, _ = joint_test(*models, case)
-  line = report(f"control {name!r}, case {case}", f"p = {pvalue:.2e}", N_JOINT, "caught at p < 1e-6")
+  line = report(f"control {name!r}, case {case}, {weights(models)}", f"p = {pvalue:.2e}", N_JOINT,
+                "caught at p < 1e-6")
   assert pvalue < 1e-6, f"{line}: the test no longer sees this bug"
 
 @pytest.mark.parametrize("install_bug", [accept_every_draft, resample_from_q])
@@ -338,7 +369,7 @@ def test_ngram_draft_keeps_the_targets_distribution(models: tuple[GPT2, ModelDra
   """Theorem 1 with a deterministic draft: the first K + 2 tokens follow the target's exact joint
   distribution."""
   pvalue, paths = ngram_test(models[0])
-  line = report(f"n-gram draft, K={NGRAM_K}", f"p = {pvalue:.2e}", N_JOINT, "passes at p > 1e-3")
+  line = report(f"n-gram draft, K={NGRAM_K}, {weights(models)}", f"p = {pvalue:.2e}", N_JOINT, "passes at p > 1e-3")
   assert min(paths.values()) >= N_JOINT // 100, \
     f"a path of Algorithm 2 is (almost) missing from the window: {paths}"
   assert pvalue > 1e-3, f"{line}; paths seen: {paths}"
@@ -348,6 +379,6 @@ def test_ngram_draft_resampling_from_q_is_caught(models: tuple[GPT2, ModelDraft]
   removed."""
   resample_from_q(monkeypatch, models[0], None)
   pvalue, _ = ngram_test(models[0])
-  line = report(f"control 'resample from q', n-gram draft, K={NGRAM_K}", f"p = {pvalue:.2e}", N_JOINT,
-                "caught at p < 1e-6")
+  line = report(f"control 'resample from q', n-gram draft, K={NGRAM_K}, {weights(models)}", f"p = {pvalue:.2e}",
+                N_JOINT, "caught at p < 1e-6")
   assert pvalue < 1e-6, f"{line}: the test no longer sees this bug"
