@@ -25,6 +25,7 @@ TINY_SHAPE = "2,2,32"  # n_layer, n_head, n_embd: a toy body on GPT-2's vocabula
 # random_model draws weights as PyTorch does: so small that the next-token distributions are nearly uniform.
 # Scaled up 12 times, they are peaked, as a trained model's are.
 TARGET_SCALE = 12.0
+DRAFT_SCALE = 0.94  # the tiny draft's weights against the target's: close, so it agrees often
 
 plt.rcParams.update({"figure.dpi": 72, "figure.figsize": (8, 3.4), "axes.grid": True, "grid.alpha": 0.3,
                      "axes.spines.top": False, "axes.spines.right": False, "font.size": 10})
@@ -43,7 +44,7 @@ def tiny_model(scale: float = 1.0, seed: int = 0) -> GPT2:
   the minutes of search to pay."""
   return scale_weights(random_model(TINY_SHAPE, seed=seed), TARGET_SCALE * scale)
 
-def load_models(models: str, draft_scales: tuple[float, ...] = (0.94,)) -> tuple[GPT2, dict[str, GPT2]]:
+def load_models(models: str, draft_scales: tuple[float, ...] = (DRAFT_SCALE,)) -> tuple[GPT2, dict[str, GPT2]]:
   """The target q and named drafts p.
 
   models "demo": the demo pair shipped in demo/ (no download).
@@ -57,6 +58,15 @@ def load_models(models: str, draft_scales: tuple[float, ...] = (0.94,)) -> tuple
   if models != "tiny":
     raise ValueError(f'MODELS is {models!r}: use "demo", "tiny" or "gpt2".')
   return tiny_model(), {f"tiny draft, weights × {s}": tiny_model(s) for s in draft_scales}
+
+def farther_draft(models: str, scale: float) -> GPT2:
+  """load_models(models)'s draft made again with every weight multiplied by scale (under 1): the same network,
+  its distributions flatter, so that it agrees with the target less often. A farther draft to set beside it."""
+  if models == "tiny":
+    return tiny_model(DRAFT_SCALE * scale)
+  if models not in ("demo", "gpt2"):
+    raise ValueError(f'MODELS is {models!r}: use "demo", "tiny" or "gpt2".')
+  return scale_weights(load_model("demo-draft" if models == "demo" else "gpt2"), scale)
 
 class Uniforms:
   """A stand-in for NumPy's generator in reference.sample and reference.verify: each .random() returns the next
