@@ -53,14 +53,14 @@ def test_the_test_command_runs_on_every_core_and_without_xdist():
     assert "workers" not in out and re.search(r"8 passed", out), alone
 
 @pytest.mark.parametrize("given, spread", [
-  (dict(), True),                                      # the README's command
-  (dict(numprocesses=0), False),                       # -n 0
-  (dict(numprocesses=3), False),                       # -n 3: as given
-  (dict(capture="no"), False),                         # -s: its prints would stay in the workers
-  (dict(usepdb=True), False),                          # --pdb
-  (dict(dist="loadscope"), True),                      # --dist as given, on every core
-  (dict(xdist=False), False),                          # pytest-xdist not installed, or -p no:xdist
-  (dict(worker=True), False),                          # inside a worker
+  pytest.param(dict(), True, id="the README's command"),
+  pytest.param(dict(numprocesses=0), False, id="-n 0"),
+  pytest.param(dict(numprocesses=3), False, id="-n 3, as given"),
+  pytest.param(dict(capture="no"), False, id="-s, whose prints would stay in the workers"),
+  pytest.param(dict(usepdb=True), False, id="--pdb"),
+  pytest.param(dict(dist="loadscope"), True, id="--dist as given, on every core"),
+  pytest.param(dict(xdist=False), False, id="no pytest-xdist, or -p no:xdist"),
+  pytest.param(dict(worker=True), False, id="inside a worker"),
 ])
 def test_the_rule_that_spreads_the_tests(given: dict, spread: bool):
   """conftest.pytest_cmdline_main sets -n auto (and --dist worksteal unless --dist was given) only where nothing
