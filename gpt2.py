@@ -1,11 +1,17 @@
 """GPT-2 in tinygrad, with a preallocated KV cache: the model and nothing else, as nanoGPT's model.py is.
 
-    logits = model.forward(ids, start_pos)  # ids: T token ids (an int32 Tensor) at positions start_pos..
+    from tinygrad import Tensor, dtypes
+    from gpt2 import GPT2, GPT2Config
+    model = GPT2(GPT2Config(n_layer=2, n_head=2, n_embd=64))  # random weights (weights.load_model: OpenAI's)
+    model.prepare()                         # once, before the first forward: the zeroed KV cache
+    ids = Tensor([464, 3290, 318], dtype=dtypes.int32)
+    logits = model.forward(ids, 0)          # ids: T token ids (an int32 Tensor) at positions 0..T-1;
                                             # logits: float32 (T, vocab rounded up to 64), the next-token
                                             # logits at each (-inf for the tokens past the vocabulary)
-    logits = model.logits(idx)              # training's forward: (B, T) ids at positions 0..T-1, no cache
+    again = model.forward(ids[2:], 2)       # from position 2 on, reading the cache's positions 0 and 1
+    batch = model.logits(ids.unsqueeze(0))  # training's forward: (B, T) ids at positions 0..T-1, no cache
 
-forward writes those T positions into the cache. Rolling back is calling again with a smaller start_pos:
+forward writes its T positions into the cache. Rolling back is calling again with a smaller start_pos:
 positions at or past it are overwritten before they are read. compiled.py runs forward as compiled calls
 (compiled.logits(model, ids, start_pos) returns NumPy); weights.py loads and saves the weights.
 """

@@ -4,8 +4,12 @@ covers the search.
 
 It runs on the device the command line would pick: with DEV unset, where tinygrad picks an OpenCL driver that runs
 on this machine's CPU (pocl), tinygrad's CPU device instead (session.host_cpu_instead, the command line's rule),
-for this process and the command lines it starts. DEV=CL keeps OpenCL."""
+for this process and the command lines it starts. DEV=CL keeps OpenCL.
+
+`python -m pytest` spreads the tests over every core where pytest-xdist is installed (requirements-dev.txt):
+pytest_cmdline_main below. Without it the same command runs them in one process, one core."""
 import os
+import pytest
 
 os.environ["BEAM"] = "0"  # read by compiled.py (and tinygrad) on import, and inherited by the CLI runs that tests start
 
@@ -14,6 +18,17 @@ from session import host_cpu_instead  # noqa: E402
 
 if host_cpu_instead():
   DEV.value = os.environ["DEV"] = "CPU"
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which turns -n auto into a number of workers
+def pytest_cmdline_main(config: pytest.Config) -> None:
+  """-n auto --dist worksteal unless -n was given: a worker a core (-n 0: one process), each starting on a
+  contiguous share of the tests, so that a test file mostly stays on one worker and a module's fixtures (Theorem
+  1's models, their compiled rounds) are built there once, not on every worker; an idle worker takes half of
+  another's queue. Not with -s, whose prints a worker would keep, nor with --pdb, nor in a worker itself."""
+  option = config.option
+  if (config.pluginmanager.hasplugin("xdist") and not hasattr(config, "workerinput")
+      and option.numprocesses is None and option.capture != "no" and not option.usepdb):
+    option.numprocesses, option.dist = "auto", "worksteal" if option.dist == "no" else option.dist
 
 def pytest_report_header() -> str:
   """The device every test ran on, at the top of the log (CI runs the suite on CPU and on CL)."""

@@ -1,5 +1,5 @@
-"""The README is a short front door, every relative link in it and in docs/ leads somewhere, and no placeholder is
-left in those pages or in the notebooks' prose.
+"""The README is a short front door, every relative link in it and in docs/ leads somewhere, every command in
+them renders as code, and no placeholder is left in those pages or in the notebooks' prose.
 
 Pure text: no tinygrad, no network, a few milliseconds. Links to http(s) and mailto are not followed (the
 tests never touch the network); links to files are checked on disk, and #anchors against the headings of the
@@ -26,6 +26,8 @@ EXTERNAL = ("http://", "https://", "mailto:")
 # once stood in docs/tests.md where the controls' p-values belong), or a note to self anywhere in the prose
 PLACEHOLDER_LINE = re.compile(r"[A-Z][A-Z0-9_]+")
 PLACEHOLDER_WORD = re.compile(r"\b(?:TODO|TBD|FIXME)\b")
+# A line that a reader would paste into a shell: environment settings, then a command these pages use
+COMMAND = re.compile(r"(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:python3?|pip3?|bash|git|sudo|apt-get|export|xcode-select)\s")
 
 def columns(line: str) -> int:
   """The width an editor shows: combining marks (the hat of α̂, the tilde of x̃) take no column of their own."""
@@ -51,6 +53,21 @@ def placeholders(text: str) -> list[str]:
   words, where TODO can be code; an all-caps word alone on its line counts in bold, brackets or backticks."""
   return [line.strip() for line, prose in zip(outside_code(text), prose_lines(text))
           if PLACEHOLDER_LINE.fullmatch(line.strip().strip("`*_<>{}[]")) or PLACEHOLDER_WORD.search(prose)]
+
+def unfenced_commands(text: str, indented_ok: bool = False) -> list[str]:
+  """The commands of a Markdown text that do not render as a fenced code block: a line of a paragraph (Markdown
+  joins lines indented under a paragraph line into it: the README's test commands once read as one line of
+  prose), a code span alone on its line, or with indented_ok False a line of an indented code block."""
+  MarkdownIt = pytest.importorskip("markdown_it", reason="pip install -r requirements-dev.txt").MarkdownIt
+  found = []
+  for token in MarkdownIt("commonmark").parse(text):
+    if token.type == "code_block" and not indented_ok:
+      found += [line.strip() for line in token.content.splitlines() if COMMAND.match(line.strip())]
+    elif token.type == "inline":
+      for line in (line.strip() for line in token.content.splitlines()):
+        if COMMAND.match(line) or ((span := re.fullmatch(r"`([^`]+)`", line)) and COMMAND.match(span.group(1))):
+          found.append(line)
+  return found
 
 def markdown(path: Path) -> str:
   """A page's text, or a notebook's markdown cells (read from the .ipynb JSON; its code cells are code)."""
@@ -144,11 +161,28 @@ def test_a_placeholder_is_found(tmp_path: Path):
     {"cell_type": "code", "source": "# TODO: not prose\nBEAM\n"}]}), encoding="utf-8")
   assert placeholders(markdown(notebook)) == ["FIGURES"]
 
+def test_an_unfenced_command_is_found():
+  planted = ("Two tiers:\n    pip install -r requirements.txt\n    python -m pytest -m slow\n\n"
+             "    DEV=CPU BEAM=0 python bench.py\n\n`sudo apt-get install -y clang`\n\n")
+  ordinary = ("```bash\npython -m pytest\n```\n\nThe command `python -m pytest` runs them; python is 3.11.\n\n"
+              "    a table of figures, not a command\n")
+  assert unfenced_commands(planted + ordinary) == ["pip install -r requirements.txt", "python -m pytest -m slow",
+                                                  "DEV=CPU BEAM=0 python bench.py", "`sudo apt-get install -y clang`"]
+  assert unfenced_commands(planted, indented_ok=True) == ["pip install -r requirements.txt",
+                                                          "python -m pytest -m slow", "`sudo apt-get install -y clang`"]
+
 # ***** the repository's pages *****
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_relative_links_resolve(page: Path):
   assert broken_links(page) == [], f"{page.relative_to(ROOT)} has broken links"
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_commands_render_as_code(page: Path):
+  """Every command a reader may paste sits in a fenced code block; the log, a dated record, may keep indented
+  ones (they render as code too)."""
+  assert unfenced_commands(page.read_text(encoding="utf-8"), indented_ok=page.name == "log.md") == [], \
+    f"{page.relative_to(ROOT)}: commands outside a fenced code block"
 
 @pytest.mark.parametrize("page", PAGES + NOTEBOOKS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_placeholder_is_left(page: Path):

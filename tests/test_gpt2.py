@@ -1,13 +1,13 @@
-"""gpt2.py: logits match Hugging Face transformers, and the KV cache is exact under decoding, block scoring
-and rollback."""
-import gc, sqlite3
+"""gpt2.py: its usage lines run as written, logits match Hugging Face transformers, and the KV cache is exact
+under decoding, block scoring and rollback."""
+import gc, re, sqlite3, textwrap
 import numpy as np, pytest
 import tinygrad.helpers
 from tinygrad import Tensor, dtypes
 from tinygrad.codegen import to_program_cache
 from tinygrad.helpers import GlobalCounters
 from tiny import hub_tensors, write_checkpoint
-import compiled
+import compiled, gpt2
 from compiled import PREFILL_ROWS, calls, step
 from sampling import Sampling
 from weights import load_model
@@ -17,6 +17,18 @@ NEEDS_HF = ("the comparison with Hugging Face transformers needs torch and trans
 
 def logits(model, tokens: list[int], start_pos: int) -> np.ndarray:
   return compiled.logits(model, tokens, start_pos)
+
+def test_the_docstrings_usage_lines_run_as_written():
+  """The indented lines at the top of gpt2.py, run as a reader pastes them, give what they say: forward's
+  logits (T, vocab rounded up to 64), -inf past the vocabulary, the training forward's on the vocabulary, and
+  the same again from a later position over the cache."""
+  usage = re.search(r"\n\n((?: {4}.*\n)+)", gpt2.__doc__).group(1)
+  scope: dict = {}
+  exec(textwrap.dedent(usage), scope)
+  V = scope["model"].config.vocab_size
+  logits, again, batch = (scope[name].numpy() for name in ("logits", "again", "batch"))
+  assert logits.shape == (3, -(-V // 64) * 64) and np.isneginf(logits[:, V:]).all()
+  assert np.abs(logits[:, :V] - batch[0]).max() <= 1e-4 and np.abs(again[0, :V] - batch[0, 2]).max() <= 1e-4
 
 # (n_layer, n_head, n_embd, vocab_size, n_ctx): an odd head count, a head dim that is no power of two,
 # GPT-2's full vocabulary
