@@ -30,12 +30,12 @@ from tinygrad import Context, Device, Tensor, TinyJit, dtypes
 from tinygrad.helpers import GlobalCounters, tqdm
 from tinygrad.nn.state import get_parameters
 from compiled import Compiled, calls, searching, step
+from costs import Costs, Stats, break_even_alpha, expected_tokens_per_round, ideal_speedup, predicted_speedup
 from gpt2 import GPT2
 from sampling import Sampling
 from session import check, load_draft, load_target, main, options, search_kernels, time_parts, warm_up
 from session import warm_up_baseline
-from speculative import Costs, Draft, Stats, autoregressive_sample, break_even_alpha, choose_draft
-from speculative import expected_tokens_per_round, ideal_speedup, predicted_speedup, speculative_sample
+from speculative import Draft, autoregressive_sample, choose_draft, speculative_sample
 from weights import LoadError, checkpoint_dir, load_tokenizer, save_model
 
 GPT2_VOCAB = 50257

@@ -150,7 +150,7 @@ import json, pathlib, sys
 out, bandwidth, about, times, runs = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
 try:  # this checkout's cost model: what the measured costs give at α = 0.71
   from bench import ALPHA_REAL, row_costs
-  from speculative import predicted_speedup
+  from costs import predicted_speedup
 except Exception as e:
   ALPHA_REAL, row_costs = 0.71, None
   print(f"(bench.py does not import here: {type(e).__name__}: {e}; 'at α' left out)\n")

@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse, codecs, sys
 from tinygrad import Device
 from compiled import calls
-from speculative import EOT, Draft, Stats, Stream, autoregressive_sample, break_even_alpha, check_run
-from speculative import expected_tokens_per_round, ideal_speedup, predicted_speedup, speculative_sample
+from costs import Stats, break_even_alpha, expected_tokens_per_round, ideal_speedup, predicted_speedup
+from speculative import EOT, Draft, Stream, autoregressive_sample, check_run, speculative_sample
 from session import SEARCH_MINUTES, check, load_all, main, options, search_kernels, time_parts, warm_up
 from session import warm_up_baseline
 

@@ -8,10 +8,10 @@ from typing import Callable, Iterator
 from tinygrad import Device, Tensor, dtypes
 from tinygrad.helpers import BEAM, DEV
 from compiled import Compiled, calls, on_host_cpu, step, time_calls
+from costs import Stats
 from gpt2 import GPT2
 from sampling import Sampling
-from speculative import Draft, Stats, autoregressive_sample, check_request, choose_draft, speculative_sample
-from speculative import token_step
+from speculative import Draft, autoregressive_sample, check_request, choose_draft, speculative_sample, token_step
 from weights import LoadError, checkpoint_dir, load_model, load_tokenizer, random_model
 
 # The search after a run's text stops by itself after SEARCH_MINUTES; the next run goes on from the last kernel

@@ -4,7 +4,7 @@ The tests check what is printed and written, never a timing value: the machine r
 """
 import json, pathlib, re, sqlite3, subprocess
 import pytest
-import speculative
+import costs
 from bench import row_costs
 from tiny import TOKENIZER_DIR, run_script, write_checkpoint
 
@@ -35,11 +35,11 @@ def test_sweep_prints_the_table_and_writes_plots_and_json(tmp_path):
   assert [row["K"] for row in results["rows"]] == [1, 2] and results["bandwidth"] == 10e9
   for row in results["rows"]:  # the cost model's figures beside the measured speedup (the decode's)
     assert {"c", "r", "o", "predicted", "predicted_ideal", "break_even_alpha", "speedup"} <= row.keys()
-    costs = row_costs(row)
-    assert row["predicted"] == pytest.approx(speculative.predicted_speedup(row["alpha"], costs))
+    priced = row_costs(row)
+    assert row["predicted"] == pytest.approx(costs.predicted_speedup(row["alpha"], priced))
     assert row["speedup"] == pytest.approx(row["alg1_ms_per_token"] / row["alg2_ms_per_token"])
     even = row["break_even_alpha"]
-    assert even is None or even == 0 or speculative.predicted_speedup(even, costs) == pytest.approx(1.0)
+    assert even is None or even == 0 or costs.predicted_speedup(even, priced) == pytest.approx(1.0)
   assert len(list((tmp_path / "out").glob("*.png"))) == 3
 
 @pytest.mark.slow

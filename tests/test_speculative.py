@@ -1,13 +1,14 @@
 """speculative.py: greedy equals Algorithm 1, a perfect draft is always accepted, the stopping rules hold, and
 the CLI works as a user runs it, with one clear sentence for bad input."""
-import os, re, signal, sqlite3, subprocess, sys, threading, time, types
+import ast, os, re, signal, sqlite3, subprocess, sys, threading, time, types
 import numpy as np, pytest
 from tinygrad import Tensor
 from tiny import REPO, TOKENIZER_DIR, run_script, write_checkpoint
 from weights import load_model
 from sampling import Sampling
-import compiled, reference, session, speculative
-from speculative import ModelDraft, NgramDraft, Stats, autoregressive_sample, random_bits, speculative_sample
+import compiled, costs, reference, session, speculative
+from costs import Stats
+from speculative import ModelDraft, NgramDraft, autoregressive_sample, random_bits, speculative_sample
 
 PROMPT = [5, 17, 2, 33]
 
@@ -192,7 +193,7 @@ def test_time_parts_replays_a_round_its_parts_and_algorithm_1s_call_at_the_runs_
   assert stats.target_call_time == 0.004 and stats.round_over_parts == pytest.approx(1.25)
   # in t(1) = 2 ms: c = 1/2, its first step 1/2, r = 4/2, o = (10 - 8)/2; a round costs 10/2
   assert stats.token_call_time == 0.002
-  assert stats.costs == pytest.approx(speculative.Costs(4, 0.5, 0.5, 2.0, 1.0)) and stats.costs.round == 5.0
+  assert stats.costs == pytest.approx(costs.Costs(4, 0.5, 0.5, 2.0, 1.0)) and stats.costs.round == 5.0
   calls, _ = parts_timed(monkeypatch, target, draft, list(range(48)), new_tokens=2)  # a run that filled the context
   assert calls[0][1][-1] == 46 and calls[2][1][0] == 47  # the round's n - 1 and the draft's later step, inside 48
 
@@ -220,25 +221,63 @@ def test_leviathans_ideal_is_the_cost_model_at_r_1_and_o_0():
   """E / (Kc + 1) is the cost model's prediction where the target's K+1 rows cost one token's call, the round
   costs nothing else and every draft step costs c; each extra cost lowers it."""
   for alpha, K, c in [(0.0, 1, 0.1), (0.5, 4, 0.05), (0.71, 3, 0.2), (0.95, 8, 0.0), (1.0, 4, 0.3)]:
-    ideal = speculative.ideal_speedup(alpha, K, c)
-    assert speculative.predicted_speedup(alpha, speculative.Costs(K, c, c, 1.0, 0.0)) == pytest.approx(ideal)
-    assert speculative.predicted_speedup(alpha, speculative.Costs(K, c, 2 * c + 0.1, 1.5, 0.2)) < ideal
-  assert speculative.expected_tokens_per_round(0.5, 2) == pytest.approx(1 + 0.5 + 0.25)  # 1 + α + α²
+    ideal = costs.ideal_speedup(alpha, K, c)
+    assert costs.predicted_speedup(alpha, costs.Costs(K, c, c, 1.0, 0.0)) == pytest.approx(ideal)
+    assert costs.predicted_speedup(alpha, costs.Costs(K, c, 2 * c + 0.1, 1.5, 0.2)) < ideal
+  assert costs.expected_tokens_per_round(0.5, 2) == pytest.approx(1 + 0.5 + 0.25)  # 1 + α + α²
 
 @pytest.mark.parametrize("K, c, first, r, o", [(4, 0.05, 0.08, 1.3, 0.1), (4, 0.24, 0.41, 2.13, 0.1),
                                                (1, 0.3, 0.3, 1.2, 0.0), (8, 0.1, 0.1, 3.0, 1.0)])
 def test_break_even_alpha_is_where_the_cost_model_gives_1x(K, c, first, r, o):
-  costs = speculative.Costs(K, c, first, r, o)
-  alpha = speculative.break_even_alpha(costs)
-  assert 0 < alpha < 1 and speculative.predicted_speedup(alpha, costs) == pytest.approx(1.0, abs=1e-9)
-  assert speculative.predicted_speedup(alpha - 0.01, costs) < 1 < speculative.predicted_speedup(alpha + 0.01, costs)
+  round_costs = costs.Costs(K, c, first, r, o)
+  alpha = costs.break_even_alpha(round_costs)
+  assert 0 < alpha < 1 and costs.predicted_speedup(alpha, round_costs) == pytest.approx(1.0, abs=1e-9)
+  assert costs.predicted_speedup(alpha - 0.01, round_costs) < 1 < costs.predicted_speedup(alpha + 0.01, round_costs)
 
 def test_break_even_alpha_at_the_edges():
   """0 where a round costs at most one token's call (any α pays); None where even K+1 tokens a round, every
   draft accepted, would not pay for it."""
-  assert speculative.break_even_alpha(speculative.Costs(4, 0.0, 0.0, 0.9, 0.1)) == 0.0
-  assert speculative.break_even_alpha(speculative.Costs(4, 0.5, 0.5, 3.0, 0.0)) is None  # a round: 5 = K+1
-  assert speculative.break_even_alpha(speculative.Costs(2, 0.9, 1.2, 2.5, 0.5)) is None
+  assert costs.break_even_alpha(costs.Costs(4, 0.0, 0.0, 0.9, 0.1)) == 0.0
+  assert costs.break_even_alpha(costs.Costs(4, 0.5, 0.5, 3.0, 0.0)) is None  # a round: 5 = K+1
+  assert costs.break_even_alpha(costs.Costs(2, 0.9, 1.2, 2.5, 0.5)) is None
+
+def project_imports(main_blocks: bool) -> dict[str, set[str]]:
+  """Which of the repository's modules each one imports (read from its source), with or without what its
+  `if __name__ == "__main__":` block imports."""
+  paths = {p.stem: p for p in [*REPO.glob("*.py"), *(REPO / "notebooks").glob("*.py")]}
+  graph = {}
+  for name, path in paths.items():
+    tree = ast.parse(path.read_text())
+    main = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test)
+            for n in ast.walk(node)} if not main_blocks else set()
+    found = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) and id(n) not in main
+             for a in n.names}
+    found |= {n.module.split(".")[0] for n in ast.walk(tree)
+              if isinstance(n, ast.ImportFrom) and n.module and id(n) not in main}
+    graph[name] = found & paths.keys()
+  return graph
+
+def circles(graph: dict[str, set[str]]) -> set[tuple[str, ...]]:
+  """Every import circle, each as the modules it passes through, from its first in sorted order."""
+  found = set()
+  def walk(path: list[str]) -> None:
+    for m in graph[path[-1]]:
+      if m in path:
+        circle = path[path.index(m):]
+        first = circle.index(min(circle))
+        found.add(tuple(circle[first:] + circle[:first]))
+      else:
+        walk(path + [m])
+  for name in graph:
+    walk([name])
+  return found
+
+def test_the_only_import_circle_is_the_command_lines():
+  """speculative.py's `__main__` block imports cli.py, which imports speculative (through session.py too): the
+  only circles. Without that block the modules import in one order; costs.py imports none of them."""
+  assert circles(project_imports(main_blocks=False)) == set()
+  assert circles(project_imports(main_blocks=True)) == {("cli", "speculative"), ("cli", "session", "speculative")}
+  assert project_imports(main_blocks=True)["costs"] == set()
 
 def test_the_speedup_compares_the_decode_not_the_prefill(models):
   """ms_per_token and tokens_per_second leave the prompt's prefill out: decode_time starts after it."""

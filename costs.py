@@ -1,0 +1,148 @@
+"""What a run of speculative.py measured, and what Leviathan et al.'s cost model makes of it.
+
+    stats = speculative_sample(target, draft, prompt, 64)[2]   # Stats: counts, times, α̂
+    session.time_parts(target, draft, K, sampling, stats, x)   # fills in a round's parts, timed alone
+    predicted_speedup(stats.acceptance_rate, stats.costs)      # E / a round's cost, in tokens of Algorithm 1
+
+The cost model is Leviathan, Kalman and Matias (2022), "Fast Inference from Transformers via Speculative
+Decoding": a round emits E = (1 - α^(K+1)) / (1 - α) tokens on average (their Eq. 1) and, with drafts that cost c
+of a target call each, is E / (K·c + 1) times faster than plain decoding (their Theorem 3.8). Chen et al. (2023)
+give Algorithm 2 and measured speedups, but no such formula. Here a round's cost is priced from its parts as
+they are measured on the device, in units of t(1), the time of Algorithm 1's call (a token).
+"""
+from __future__ import annotations
+import math
+from dataclasses import dataclass
+
+@dataclass
+class Stats:
+  """What a run measured. A round is one compiled call, so the draft's and the target's shares of it cannot be
+  timed inside it: draft_first_time, draft_call_time and target_call_time are its steps, compiled as the round
+  runs them and timed after the run in turn with a replay of the round (round_replay_time) and, to price them
+  in tokens of Algorithm 1, its call (token_call_time), filled in by session.time_parts. Algorithm 1's own run
+  fills in target_call_time with its call's mean time in the run."""
+  new_tokens: int = 0
+  rounds: int = 0            # rounds after the prompt, each one pass of the target (Algorithm 1: one a token)
+  drafted: int = 0           # draft tokens proposed
+  accepted: int = 0          # drafts that passed r < q(x̃)/p(x̃)
+  rejected: int = 0          # drafts that failed it: each ends its round, so the drafts after it
+                             # are never checked
+  compiled_calls: int = 0    # compiled calls launched after the prompt
+  round_time: float = 0.0    # seconds in them, from each launch until its numbers were read on the host
+  host_time: float = 0.0     # seconds until each launch returned: on CUDA or Metal, the host's own work
+  propose_time: float = 0.0  # seconds the host spent choosing each round's call and drafts (prompt lookup's)
+  draft_first_time: float = float("nan")  # seconds of a round's first draft step, of 2 rows, timed apart
+  draft_call_time: float = float("nan")   # seconds to draft one token: one draft step of 1 row timed apart,
+                                          # or a share of prompt lookup's host work
+  draft_round_time: float = float("nan")  # seconds of the draft's steps in a round: the first and K-1 later
+                                          # ones; 0 for prompt lookup, whose drafts come from the host
+  target_call_time: float = float("nan")  # seconds of one target step of K+1 rows timed apart; for
+                                          # Algorithm 1, its whole call (pass and draw)
+  round_replay_time: float = float("nan")  # seconds of one round replayed after the run, in turn with its parts
+  token_call_time: float = float("nan")    # t(1): seconds of Algorithm 1's call (a token), timed in turn with
+                                           # them; nan where the run did not time it
+  total_time: float = 0.0    # seconds of the whole run, the prompt's prefill included
+  decode_time: float = 0.0   # seconds after the prefill: what tokens_per_second and the speedup compare
+  stopped_by: str = ""       # "max-new-tokens", "end-of-text" or "the context": what ended the run
+
+  @property
+  def acceptance_rate(self) -> float:
+    """α̂ = accepted / checked drafts, the estimate of the paper's α (the chance that one draft is accepted).
+
+    Every check that verify made counts, also in a last round whose tokens max-new-tokens or end-of-text then
+    cut: each check is a fair draw of "is x̃ accepted?", and dropping those of the cut tokens, which are
+    mostly accepted ones, would bias α̂ low. Drafts after a rejection are never checked, so they never count.
+    """
+    return self.accepted / max(self.accepted + self.rejected, 1)
+
+  @property
+  def tokens_per_target_call(self) -> float:
+    return self.new_tokens / max(self.rounds, 1)
+
+  @property
+  def mean_drafted(self) -> float:
+    """Drafts proposed per round: K for a model draft (fewer only at the context's end),
+    up to K for an n-gram draft."""
+    return self.drafted / max(self.rounds, 1)
+
+  @property
+  def round_call_time(self) -> float:
+    """Seconds per compiled call: a whole round of Algorithm 2 (a token of Algorithm 1), read included."""
+    return self.round_time / max(self.compiled_calls, 1)
+
+  @property
+  def round_parts_time(self) -> float:
+    """Seconds of a round's parts, each timed apart: the draft's (draft_round_time) and the target's K+1 rows."""
+    return self.draft_round_time + self.target_call_time
+
+  @property
+  def round_over_parts(self) -> float:
+    """A round replayed over its parts, timed in turn: above 1 by the round's tests and draws, which no part
+    has; well above, and the round runs other kernels than the ones c was timed on."""
+    return self.round_replay_time / self.round_parts_time
+
+  @property
+  def costs(self) -> Costs:
+    """The round's costs in units of t(1) (nan where t(1) was not timed): c, its first step, r and o."""
+    t1, K = self.token_call_time, self.mean_drafted
+    # prompt lookup has no first step of 2 rows: its drafts, found on the host outside the round's call, cost
+    # alike, so its round is K·c + r + o, o then all of the replayed round beyond the target's K+1 rows
+    first = self.draft_call_time if math.isnan(self.draft_first_time) else self.draft_first_time
+    return Costs(K, self.draft_call_time / t1, first / t1, self.target_call_time / t1,
+                 (self.round_replay_time - self.round_parts_time) / t1)
+
+  @property
+  def ms_per_token(self) -> float:
+    """Milliseconds a token after the prompt's prefill: the paper's Table 1 measure, as the speedup compares."""
+    return 1e3 * self.decode_time / max(self.new_tokens, 1)
+
+  @property
+  def tokens_per_second(self) -> float:
+    """Tokens a second after the prompt's prefill."""
+    return self.new_tokens / self.decode_time
+
+def expected_tokens_per_round(alpha: float, K: float) -> float:
+  """E = (1 - α^(K+1)) / (1 - α), the expected tokens a round emits when each draft is accepted with
+  probability α independently (Leviathan et al. 2022, Eq. 1). For a draft that proposes a varying number, K is
+  the mean proposed: an approximation, as the formula is not linear in K."""
+  return K + 1.0 if alpha >= 1 else (1 - alpha ** (K + 1)) / (1 - alpha)
+
+@dataclass(frozen=True)
+class Costs:
+  """A round's costs in units of t(1), the time of Algorithm 1's call (a token: the target's step of 1 row and
+  its draw). Leviathan et al. (2022) price a round at K·c + 1: K draft steps and one target call that costs as
+  much as one token. A round here also pays r for the target's K+1 rows, its first draft step of 2 rows
+  (first), and o for its own work: the tests, the draws, the read."""
+  K: float      # drafts a round (for prompt lookup, the mean proposed)
+  c: float      # a draft step of 1 row ÷ t(1): Leviathan et al.'s c
+  first: float  # the round's first draft step (x_{n-1} and x_n, 2 rows) ÷ t(1); c for prompt lookup
+  r: float      # the target's step of K+1 rows ÷ t(1): 1 in Leviathan et al.'s model
+  o: float      # the replayed round less its parts ÷ t(1): 0 in their model
+
+  @property
+  def round(self) -> float:
+    """A round's cost ÷ t(1): its draft steps, the target's K+1 rows, its own work."""
+    return self.first + (self.K - 1) * self.c + self.r + self.o
+
+def ideal_speedup(alpha: float, K: float, c: float) -> float:
+  """Leviathan et al.'s expected speedup E / (K·c + 1) (2022, Theorem 3.8): the target's K+1 rows priced as
+  one token and the round doing nothing else."""
+  return expected_tokens_per_round(alpha, K) / (K * c + 1)
+
+def predicted_speedup(alpha: float, costs: Costs) -> float:
+  """The expected speedup over Algorithm 1 from the measured costs: E tokens a round ÷ a round's cost in
+  tokens of Algorithm 1, E / (K·c + r + o) when the draft's steps cost alike."""
+  return expected_tokens_per_round(alpha, costs.K) / costs.round
+
+def break_even_alpha(costs: Costs) -> float | None:
+  """The α at which a round pays for itself (E(α, K) = its cost in t(1)): 0 where a round costs at most one
+  token's call, None where even K+1 tokens a round would not cover it."""
+  if costs.round <= 1:
+    return 0.0
+  if costs.round >= costs.K + 1:
+    return None
+  low, high = 0.0, 1.0  # E rises with α, from 1 at α = 0 to K+1 at α = 1
+  for _ in range(60):
+    mid = (low + high) / 2
+    low, high = (mid, high) if expected_tokens_per_round(mid, costs.K) < costs.round else (low, mid)
+  return (low + high) / 2
