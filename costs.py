@@ -7,8 +7,9 @@
 The cost model is Leviathan, Kalman and Matias (2022), "Fast Inference from Transformers via Speculative
 Decoding": a round emits E = (1 - α^(K+1)) / (1 - α) tokens on average (their Eq. 1) and, with drafts that cost c
 of a target call each, is E / (K·c + 1) times faster than plain decoding (their Theorem 3.8). Chen et al. (2023)
-give Algorithm 2 and measured speedups, but no such formula. Here a round's cost is priced from its parts as
-they are measured on the device, in units of t(1), the time of Algorithm 1's call (a token).
+give Algorithm 2 and measured speedups, but no such formula. Here a round is priced from its parts, each a
+compiled call timed alone on the device, in units of t(1), the time of Algorithm 1's call (a token): the
+prediction uses no timing of the round itself, which stays a check (Stats.round_over_parts).
 """
 from __future__ import annotations
 import math
@@ -16,11 +17,11 @@ from dataclasses import dataclass
 
 @dataclass
 class Stats:
-  """What a run measured. A round is one compiled call, so the draft's and the target's shares of it cannot be
-  timed inside it: draft_first_time, draft_call_time and target_call_time are its steps, compiled as the round
-  runs them and timed after the run in turn with a replay of the round (round_replay_time) and, to price them
-  in tokens of Algorithm 1, its call (token_call_time), filled in by session.time_parts. Algorithm 1's own run
-  fills in target_call_time with its call's mean time in the run."""
+  """What a run measured. A round is one compiled call, so its parts cannot be timed inside it: draft_first_time,
+  draft_call_time and target_call_time are its steps, compiled as the round runs them, and work_time its own work
+  (speculative.round_work), each timed alone after the run, in turn with a replay of the round
+  (round_replay_time, the check) and, to price them in tokens of Algorithm 1, its call (token_call_time), filled
+  in by session.time_parts. Algorithm 1's own run fills in target_call_time with its call's mean time in the run."""
   new_tokens: int = 0
   rounds: int = 0            # rounds after the prompt, each one pass of the target (Algorithm 1: one a token)
   drafted: int = 0           # draft tokens proposed
@@ -38,9 +39,12 @@ class Stats:
                                           # ones; 0 for prompt lookup, whose drafts come from the host
   target_call_time: float = float("nan")  # seconds of one target step of K+1 rows timed apart; for
                                           # Algorithm 1, its whole call (pass and draw)
-  round_replay_time: float = float("nan")  # seconds of one round replayed after the run, in turn with its parts
-  token_call_time: float = float("nan")    # t(1): seconds of Algorithm 1's call (a token), timed in turn with
-                                           # them; nan where the run did not time it
+  work_time: float = float("nan")  # seconds of the round's own work timed apart (the draws of x̃, the tests,
+                                   # the last draw, the NaN flag), its numbers read on the host as a run does
+  round_replay_time: float = float("nan")  # seconds of one round replayed after the run, in turn with its parts,
+                                           # its numbers read: the check, never a term of the prediction
+  token_call_time: float = float("nan")    # t(1): seconds of Algorithm 1's call (a token, read), timed in turn
+                                           # with them; nan where the run did not time it
   total_time: float = 0.0    # seconds of the whole run, the prompt's prefill included
   decode_time: float = 0.0   # seconds after the prefill: what tokens_per_second and the speedup compare
   stopped_by: str = ""       # "max-new-tokens", "end-of-text" or "the context": what ended the run
@@ -72,24 +76,30 @@ class Stats:
 
   @property
   def round_parts_time(self) -> float:
-    """Seconds of a round's parts, each timed apart: the draft's (draft_round_time) and the target's K+1 rows."""
-    return self.draft_round_time + self.target_call_time
+    """Seconds of a round's compiled call priced by its parts, each timed apart: the draft's steps
+    (draft_round_time), the target's K+1 rows and the round's own work."""
+    return self.draft_round_time + self.target_call_time + self.work_time
 
   @property
   def round_over_parts(self) -> float:
-    """A round replayed over its parts, timed in turn: above 1 by the round's tests and draws, which no part
-    has; well above, and the round runs other kernels than the ones c was timed on."""
+    """The check that a compiled round costs its parts: a round replayed ÷ its parts and own work, timed in turn.
+    Below 1 by the launches that the parts pay apart and a round once; well off 1, and the round runs other
+    kernels than its parts."""
     return self.round_replay_time / self.round_parts_time
 
   @property
+  def host_draft_time(self) -> float:
+    """Seconds a round's drafts cost on the host, outside its call: prompt lookup's lookups; 0 for a model draft."""
+    return self.mean_drafted * self.draft_call_time if math.isnan(self.draft_first_time) else 0.0
+
+  @property
   def costs(self) -> Costs:
-    """The round's costs in units of t(1) (nan where t(1) was not timed): c, its first step, r and o."""
+    """The round's costs in units of t(1) (nan where t(1) was not timed): c, its first step, r and v."""
     t1, K = self.token_call_time, self.mean_drafted
     # prompt lookup has no first step of 2 rows: its drafts, found on the host outside the round's call, cost
-    # alike, so its round is K·c + r + o, o then all of the replayed round beyond the target's K+1 rows
+    # alike (a share of its lookups), so its round is K·c + r + v
     first = self.draft_call_time if math.isnan(self.draft_first_time) else self.draft_first_time
-    return Costs(K, self.draft_call_time / t1, first / t1, self.target_call_time / t1,
-                 (self.round_replay_time - self.round_parts_time) / t1)
+    return Costs(K, self.draft_call_time / t1, first / t1, self.target_call_time / t1, self.work_time / t1)
 
   @property
   def ms_per_token(self) -> float:
@@ -109,20 +119,26 @@ def expected_tokens_per_round(alpha: float, K: float) -> float:
 
 @dataclass(frozen=True)
 class Costs:
-  """A round's costs in units of t(1), the time of Algorithm 1's call (a token: the target's step of 1 row and
-  its draw). Leviathan et al. (2022) price a round at K·c + 1: K draft steps and one target call that costs as
-  much as one token. A round here also pays r for the target's K+1 rows, its first draft step of 2 rows
-  (first), and o for its own work: the tests, the draws, the read."""
+  """A round's costs in units of t(1), the time of Algorithm 1's call (a token: the target's step of 1 row, its
+  draw and its read). Leviathan et al. (2022) price a round at K·c + 1: K draft steps and one target call that
+  costs as much as one token. A round here pays its first draft step apart (first: 2 rows, x_{n-1} and x_n, as the
+  draft has never fed x_n, nor x_{n-1} = x̃_K after a round that accepted every draft), r for the target's K+1
+  rows, and v for its own work: the draft's K draws of x̃ (so c, like r, is a model's step alone), the K tests, the residual or bonus
+  draw, the NaN flag and the read of its numbers.
+
+  Each part is a compiled call timed alone, its launch and binding included, which a round pays once: a round
+  priced first + (K-1)·c + r + v counts K+2 launches for its one. The prediction keeps them (on DEV=NULL a
+  call's host work is 0.13 to 0.29 ms; Stats.round_over_parts shows what they amount to on the device)."""
   K: float      # drafts a round (for prompt lookup, the mean proposed)
-  c: float      # a draft step of 1 row ÷ t(1): Leviathan et al.'s c
+  c: float      # a draft step of 1 row ÷ t(1): Leviathan et al.'s c (prompt lookup: its lookup per draft)
   first: float  # the round's first draft step (x_{n-1} and x_n, 2 rows) ÷ t(1); c for prompt lookup
   r: float      # the target's step of K+1 rows ÷ t(1): 1 in Leviathan et al.'s model
-  o: float      # the replayed round less its parts ÷ t(1): 0 in their model
+  v: float      # the round's own work, compiled and timed alone ÷ t(1): 0 in their model
 
   @property
   def round(self) -> float:
     """A round's cost ÷ t(1): its draft steps, the target's K+1 rows, its own work."""
-    return self.first + (self.K - 1) * self.c + self.r + self.o
+    return self.first + (self.K - 1) * self.c + self.r + self.v
 
 def ideal_speedup(alpha: float, K: float, c: float) -> float:
   """Leviathan et al.'s expected speedup E / (K·c + 1) (2022, Theorem 3.8): the target's K+1 rows priced as
@@ -131,7 +147,7 @@ def ideal_speedup(alpha: float, K: float, c: float) -> float:
 
 def predicted_speedup(alpha: float, costs: Costs) -> float:
   """The expected speedup over Algorithm 1 from the measured costs: E tokens a round ÷ a round's cost in
-  tokens of Algorithm 1, E / (K·c + r + o) when the draft's steps cost alike."""
+  tokens of Algorithm 1, E / (c₁ + (K-1)·c + r + v)."""
   return expected_tokens_per_round(alpha, costs.K) / costs.round
 
 def break_even_alpha(costs: Costs) -> float | None:
@@ -146,3 +162,16 @@ def break_even_alpha(costs: Costs) -> float | None:
     mid = (low + high) / 2
     low, high = (mid, high) if expected_tokens_per_round(mid, costs.K) < costs.round else (low, mid)
   return (low + high) / 2
+
+def measured_over_predicted(spec: Stats, base: Stats) -> dict[str, float]:
+  """Where the measured speedup (Algorithm 1's ms a token ÷ Algorithm 2's) departs from predicted_speedup: four
+  ratios whose product is measured ÷ predicted, each 1 where its side of the prediction held.
+  tokens: the tokens a round emitted ÷ E at α̂ (rounds cut by max-new-tokens, α not i.i.d., K varying);
+  parts: a round priced by its parts ÷ the round replayed alone (prompt lookup's lookups added to both);
+  replay: the round replayed ÷ a round of the run (its host loop included);
+  baseline: Algorithm 1's run, a token ÷ t(1), its call timed alone."""
+  predicted_round = spec.costs.round * spec.token_call_time  # seconds
+  alone = spec.round_replay_time + spec.host_draft_time
+  return {"tokens": spec.tokens_per_target_call / expected_tokens_per_round(spec.acceptance_rate, spec.mean_drafted),
+          "parts": predicted_round / alone, "replay": alone / (spec.decode_time / spec.rounds),
+          "baseline": (base.decode_time / base.new_tokens) / spec.token_call_time}
