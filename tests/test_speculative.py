@@ -249,15 +249,18 @@ def test_time_parts_replays_prompt_lookups_round_where_nothing_repeats(models, m
   assert stats.round_parts_time == pytest.approx(0.0055) and stats.host_draft_time == 0
 
 def test_the_rounds_own_work_runs_the_rounds_kernels_without_the_models(models):
-  """round_work, compiled, launches only kernels that the round launches (by name), fewer of them, and with p and
-  q uniform a model draft's round accepts all k drafts, and prompt lookup's one-hot p rejects x̃_1 (q(x̃) = 1/V)."""
+  """round_work, compiled, launches only kernels that the round launches (by name), and fewer. With p and q
+  uniform a model draft's round accepts all k drafts; prompt lookup's one-hot p passes a test only with
+  probability q(x̃) = 1/V, and at this seed fails the first. It is among the target's calls, which the kernel
+  search (session.search_kernels) searches."""
   target, draft, _ = models
-  for kind, model, values in ((draft, draft.model, [1, 3, 5, 6]), (NgramDraft(), None, [7, 8, 9, 10, 3, 5, 6])):
-    speculative_sample(target, kind, PROMPT * 3, 12, K=4, eos=None)  # compiles its round
+  for kind, model, sampling, values in ((draft, draft.model, Sampling(), [1, 3, 5, 6]),
+                                        (NgramDraft(), None, Sampling(0), [7, 8, 9, 10, 3, 5, 6])):
+    speculative_sample(target, kind, PROMPT * 3, 12, K=4, sampling=sampling, eos=None)  # compiles its round
     work = speculative.round_work(target, model, 4)
     result = [work.to_host(work(*values)).copy() for _ in range(3)][-1]  # run, capture, replay
-    whole = kind.round(target, PROMPT * 3, 4, 4, Sampling())[0]
-    assert work.kernel_names() < whole.kernel_names()
+    whole = kind.round(target, PROMPT * 3, 4, 4, sampling)[0]
+    assert work.kernel_names() < whole.kernel_names() and work in compiled.calls(target)
     assert result.shape == (4 + 3,) and result[-1] == 0 and result[-2] == (3 if model else 0)
 
 # ***** the cost model *****
