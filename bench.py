@@ -24,14 +24,14 @@ against it. --scoring times one target call of T tokens alone: in total, its hos
 """
 from __future__ import annotations
 import argparse, json, math, os, pathlib, platform, statistics, sys, tempfile, textwrap, time
-from dataclasses import asdict, fields
+from dataclasses import asdict, fields, replace
 import numpy as np
 import tiktoken
 from tinygrad import Context, Device, Tensor, TinyJit, dtypes
 from tinygrad.helpers import GlobalCounters, tqdm
 from tinygrad.nn.state import get_parameters
 from compiled import Compiled, calls, searching, step
-from costs import Costs, Stats, break_even_alpha, expected_tokens_per_round, ideal_speedup, measured_over_predicted
+from costs import Costs, Stats, break_even_alpha, expected_tokens_per_round, measured_over_predicted
 from costs import predicted_speedup
 from gpt2 import GPT2
 from sampling import Sampling
@@ -142,8 +142,10 @@ def summarize(K: int, runs: list[tuple[Stats, Stats]]) -> dict:
   speedup, predicted = base.ms_per_token / spec.ms_per_token, predicted_speedup(alpha, costs)
   return {"K": K, "alg1_ms_per_token": base.ms_per_token, "alg2_ms_per_token": spec.ms_per_token,
           "speedup": speedup, "alpha": alpha, "tokens_per_target_call": spec.tokens_per_target_call,
-          "mean_drafted": costs.K, "c": costs.c, "c_first": costs.first, "r": costs.r, "v": costs.v,
-          "predicted": predicted, "predicted_ideal": ideal_speedup(alpha, costs.K, costs.c),
+          "mean_drafted": costs.K, "plain_share": costs.plain,
+          "c": costs.c, "c_first": costs.first, "r": costs.r, "v": costs.v, "predicted": predicted,
+          # Leviathan et al.'s E / (Kc + 1) (prompt lookup's plain rounds, 1 token for t(1), mixed in)
+          "predicted_ideal": predicted_speedup(alpha, replace(costs, first=costs.c, r=1.0, v=0.0)),
           "break_even_alpha": break_even_alpha(costs), "measured_over_predicted": speedup / predicted,
           "draft_first_step_ms": 1e3 * spec.draft_first_time, "draft_step_ms": 1e3 * spec.draft_call_time,
           "target_step_ms": 1e3 * spec.target_call_time, "work_ms": 1e3 * spec.work_time,
@@ -315,8 +317,10 @@ LEGEND = ("Alg1 and Alg2 ms/tok: after the prompt's prefill, which is left out o
           "after each run: c₁, the round's first draft step (2 rows) ÷ t(1); c, a later one (1 row) ÷ t(1) (for "
           "prompt lookup, its lookup on the host per draft); r, the target's step of K+1 rows ÷ t(1); v, the "
           "round's own work (the draws of x̃, the tests, the last draw, the read) ÷ t(1). ideal: E / (Kc + 1), "
-          "Leviathan et al.'s, with E = (1 − α̂^(K+1)) / (1 − α̂) (K: the mean drafted a round), r = 1 and v = 0. "
-          "predicted: E / (c₁ + (K−1)c + r + v); each part pays its own launch, which a round pays once. "
+          "Leviathan et al.'s, with E = (1 − α̂^(K+1)) / (1 − α̂) (K: the mean drafted in a round that drafts), r = 1 "
+          "and v = 0. predicted: E / (c₁ + (K−1)c + r + v); each part pays its own launch, which a round pays "
+          "once; prompt lookup's rounds that find nothing, plain target steps, are mixed into both at 1 token for "
+          "t(1). "
           "meas/pred: speedup ÷ predicted (in the JSON, term by term). break-even α: where E equals a round's "
           "cost in t(1) (0: a round costs at most one token's call; none: not even K+1 tokens a round would "
           "pay). ms/round: one compiled round, from its launch until its tokens are read on the host (on "
@@ -343,7 +347,7 @@ def at_real_alpha(rows: list[dict]) -> str:
 
 def row_costs(r: dict) -> Costs:
   """A table row's measured costs, in t(1)."""
-  return Costs(r["mean_drafted"], r["c"], r["c_first"], r["r"], r["v"])
+  return Costs(r["mean_drafted"], r["c"], r["c_first"], r["r"], r["v"], r["plain_share"])
 
 def bytes_line(rows: list[dict], target_bytes: int, draft_bytes: int) -> str:
   """Weights read per emitted token: the target's for Algorithm 1; (K·draft + target) ÷ tokens per target call

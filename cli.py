@@ -7,10 +7,10 @@ timing and search it shares with bench.py are in session.py).
 """
 from __future__ import annotations
 import argparse, codecs, math, sys
+from dataclasses import replace
 from tinygrad import Device
 from compiled import calls
-from costs import Stats, break_even_alpha, expected_tokens_per_round, ideal_speedup, measured_over_predicted
-from costs import predicted_speedup
+from costs import Stats, break_even_alpha, expected_tokens_per_round, measured_over_predicted, predicted_speedup
 from speculative import EOT, Draft, Stream, autoregressive_sample, check_run, speculative_sample
 from session import SEARCH_MINUTES, check, load_all, main, options, search_kernels, time_parts, warm_up
 from session import warm_up_baseline
@@ -34,12 +34,12 @@ def report(stats: Stats, K: int | None = None, draft: Draft | None = None) -> st
   lines = [f"new tokens            {stats.new_tokens} (stopped by {stats.stopped_by})",
            f"target calls          {stats.rounds}"]
   if K is not None:
-    a, checked = stats.acceptance_rate, stats.accepted + stats.rejected
+    a, checked, m = stats.acceptance_rate, stats.accepted + stats.rejected, stats.costs
+    plain = f"; {stats.plain_rounds} plain target steps, 1 token each" if stats.plain_rounds else ""
     lines += [f"acceptance rate α̂     {a:.3f} = {stats.accepted} accepted ÷ {checked} checked drafts "
               f"({stats.drafted} drafted; those after a rejection are never checked)",
               f"tokens/target call    {stats.tokens_per_target_call:.2f} (expected (1 - α^(K+1)) / (1 - α) "
-              f"at α̂ and K = {stats.mean_drafted:.2f} drafted per call: "
-              f"{expected_tokens_per_round(a, stats.mean_drafted):.2f})",
+              f"at α̂ and K = {m.K:.2f} drafted per call{plain}: {m.tokens(a):.2f})",
               f"time per round        {1e3 * stats.round_call_time:.2f} ms (one compiled call: drafts, "
               "target, tests and draws)",
               f"time per draft token  {1e3 * stats.draft_call_time:.2f} ms ({draft.timing(stats)})",
@@ -61,18 +61,21 @@ def cost_report(spec: Stats, base: Stats | None, K: int) -> str:
   if base is None:
     return ("speedup               not predicted: the cost model prices a round in t(1), Algorithm 1's call, "
             "which --compare times")
-  m, a, E = spec.costs, spec.acceptance_rate, expected_tokens_per_round(spec.acceptance_rate, spec.mean_drafted)
-  measured, predicted = base.ms_per_token / spec.ms_per_token, predicted_speedup(a, m)
+  m, a, measured = spec.costs, spec.acceptance_rate, base.ms_per_token / spec.ms_per_token
+  E, predicted = expected_tokens_per_round(a, m.K), predicted_speedup(a, m)
   even, terms = break_even_alpha(m), measured_over_predicted(spec, base)
   lookup = math.isnan(spec.draft_first_time)  # prompt lookup: its drafts come from the host
-  steps = [("ideal", ideal_speedup(a, m.K, m.c), "E / (Kc + 1): Leviathan et al.'s, K+1 rows priced as one token"),
-           ("with r", E / (m.K * m.c + m.r), "E / (Kc + r): the target's K+1 rows cost r"),
-           ("with first step", E / (m.round - m.v), "E / (c₁ + (K-1)c + r): the round's first draft step, c₁"),
+  # each step of the chain from the ideal adds one cost (prompt lookup's plain rounds, 1 token for t(1), in all)
+  chain = lambda **costs: predicted_speedup(a, replace(m, **costs))
+  steps = [("ideal", chain(first=m.c, r=1.0, v=0.0), "E / (Kc + 1): Leviathan et al.'s, K+1 rows priced as one token"),
+           ("with r", chain(first=m.c, v=0.0), "E / (Kc + r): the target's K+1 rows cost r"),
+           ("with first step", chain(v=0.0), "E / (c₁ + (K-1)c + r): the round's first draft step, c₁"),
            ("with v = predicted", predicted, "E / (c₁ + (K-1)c + r + v)" +
-            " (prompt lookup drafts a varying number a round: approximate)" * lookup)]
+            f" in the {1 - m.plain:.0%} of rounds that draft (prompt lookup drafts a varying number: approximate)"
+            * lookup)]
   t1, round_ms = 1e3 * spec.token_call_time, 1e3 * spec.decode_time / spec.rounds
   alone, priced = 1e3 * (spec.round_replay_time + spec.host_draft_time), m.round * t1
-  why = [("tokens a round", "tokens", f"{spec.tokens_per_target_call:.2f} measured ÷ E {E:.2f}"),
+  why = [("tokens a round", "tokens", f"{spec.tokens_per_target_call:.2f} measured ÷ {m.tokens(a):.2f} expected"),
          ("parts ÷ round", "parts", f"a round priced by its parts, {priced:.2f} ms ÷ the round replayed alone, "
           f"{alone:.2f} ms" + " (each with its lookups)" * lookup),
          ("replay ÷ run", "replay", f"the round replayed ÷ a round of the run, {round_ms:.2f} ms (its host loop "

@@ -28,6 +28,7 @@ class Stats:
   accepted: int = 0          # drafts that passed r < q(x̃)/p(x̃)
   rejected: int = 0          # drafts that failed it: each ends its round, so the drafts after it
                              # are never checked
+  plain_rounds: int = 0      # rounds whose draft proposed nothing: a plain target step (prompt lookup's misses)
   compiled_calls: int = 0    # compiled calls launched after the prompt
   round_time: float = 0.0    # seconds in them, from each launch until its numbers were read on the host
   host_time: float = 0.0     # seconds until each launch returned: on CUDA or Metal, the host's own work
@@ -70,6 +71,11 @@ class Stats:
     return self.drafted / max(self.rounds, 1)
 
   @property
+  def plain_share(self) -> float:
+    """The share of rounds that were a plain target step, the draft proposing nothing: 0 for a model draft."""
+    return self.plain_rounds / max(self.rounds, 1)
+
+  @property
   def round_call_time(self) -> float:
     """Seconds per compiled call: a whole round of Algorithm 2 (a token of Algorithm 1), read included."""
     return self.round_time / max(self.compiled_calls, 1)
@@ -89,17 +95,21 @@ class Stats:
 
   @property
   def host_draft_time(self) -> float:
-    """Seconds a round's drafts cost on the host, outside its call: prompt lookup's lookups; 0 for a model draft."""
-    return self.mean_drafted * self.draft_call_time if math.isnan(self.draft_first_time) else 0.0
+    """Seconds a round that drafts spends on the host, outside its call, finding its drafts: prompt lookup's
+    lookups (those of the rounds that found nothing too); 0 for a model draft."""
+    drafting = max(self.rounds - self.plain_rounds, 1)
+    return self.drafted / drafting * self.draft_call_time if math.isnan(self.draft_first_time) else 0.0
 
   @property
   def costs(self) -> Costs:
-    """The round's costs in units of t(1) (nan where t(1) was not timed): c, its first step, r and v."""
-    t1, K = self.token_call_time, self.mean_drafted
+    """The round's costs in units of t(1) (nan where t(1) was not timed): c, its first step, r and v, and the
+    share of plain rounds."""
+    t1, K = self.token_call_time, self.drafted / max(self.rounds - self.plain_rounds, 1)
     # prompt lookup has no first step of 2 rows: its drafts, found on the host outside the round's call, cost
     # alike (a share of its lookups), so its round is K·c + r + v
     first = self.draft_call_time if math.isnan(self.draft_first_time) else self.draft_first_time
-    return Costs(K, self.draft_call_time / t1, first / t1, self.target_call_time / t1, self.work_time / t1)
+    return Costs(K, self.draft_call_time / t1, first / t1, self.target_call_time / t1, self.work_time / t1,
+                 self.plain_share)
 
   @property
   def ms_per_token(self) -> float:
@@ -123,22 +133,29 @@ class Costs:
   draw and its read). Leviathan et al. (2022) price a round at K·c + 1: K draft steps and one target call that
   costs as much as one token. A round here pays its first draft step apart (first: 2 rows, x_{n-1} and x_n, as the
   draft has never fed x_n, nor x_{n-1} = x̃_K after a round that accepted every draft), r for the target's K+1
-  rows, and v for its own work: the draft's K draws of x̃ (so c, like r, is a model's step alone), the K tests, the residual or bonus
-  draw, the NaN flag and the read of its numbers.
+  rows, and v for its own work: the draft's K draws of x̃ (so c, like r, is a model's step alone), the K tests,
+  the residual or bonus draw, the NaN flag and the read of its numbers. Prompt lookup finds its drafts on the
+  host (c a share of its lookups, first = c), and where it finds none the round is a plain target step: one
+  token for t(1), a share `plain` of its rounds.
 
   Each part is a compiled call timed alone, its launch and binding included, which a round pays once: a round
   priced first + (K-1)·c + r + v counts K+2 launches for its one. The prediction keeps them (on DEV=NULL a
   call's host work is 0.13 to 0.29 ms; Stats.round_over_parts shows what they amount to on the device)."""
-  K: float      # drafts a round (for prompt lookup, the mean proposed)
-  c: float      # a draft step of 1 row ÷ t(1): Leviathan et al.'s c (prompt lookup: its lookup per draft)
+  K: float      # drafts a round (for prompt lookup, the mean proposed in a round that drafts)
+  c: float      # a draft step of 1 row ÷ t(1): Leviathan et al.'s c (prompt lookup: its lookups per draft)
   first: float  # the round's first draft step (x_{n-1} and x_n, 2 rows) ÷ t(1); c for prompt lookup
   r: float      # the target's step of K+1 rows ÷ t(1): 1 in Leviathan et al.'s model
   v: float      # the round's own work, compiled and timed alone ÷ t(1): 0 in their model
+  plain: float = 0.0  # the share of rounds that are a plain target step (prompt lookup's misses): 0 for a model
 
   @property
   def round(self) -> float:
-    """A round's cost ÷ t(1): its draft steps, the target's K+1 rows, its own work."""
-    return self.first + (self.K - 1) * self.c + self.r + self.v
+    """A round's cost ÷ t(1): its draft steps, the target's K+1 rows, its own work (a plain round: 1)."""
+    return (1 - self.plain) * (self.first + (self.K - 1) * self.c + self.r + self.v) + self.plain
+
+  def tokens(self, alpha: float) -> float:
+    """The tokens a round emits on average: E(α, K) (a plain round: 1)."""
+    return (1 - self.plain) * expected_tokens_per_round(alpha, self.K) + self.plain
 
 def ideal_speedup(alpha: float, K: float, c: float) -> float:
   """Leviathan et al.'s expected speedup E / (K·c + 1) (2022, Theorem 3.8): the target's K+1 rows priced as
@@ -147,31 +164,32 @@ def ideal_speedup(alpha: float, K: float, c: float) -> float:
 
 def predicted_speedup(alpha: float, costs: Costs) -> float:
   """The expected speedup over Algorithm 1 from the measured costs: E tokens a round ÷ a round's cost in
-  tokens of Algorithm 1, E / (c₁ + (K-1)·c + r + v)."""
-  return expected_tokens_per_round(alpha, costs.K) / costs.round
+  tokens of Algorithm 1, E / (c₁ + (K-1)·c + r + v) (with prompt lookup's plain rounds mixed in, each 1 ÷ 1)."""
+  return costs.tokens(alpha) / costs.round
 
 def break_even_alpha(costs: Costs) -> float | None:
-  """The α at which a round pays for itself (E(α, K) = its cost in t(1)): 0 where a round costs at most one
-  token's call, None where even K+1 tokens a round would not cover it."""
+  """The α at which a round pays for itself (its tokens, E(α, K), = its cost in t(1)): 0 where a round costs at
+  most one token's call, None where even K+1 tokens a round would not cover it."""
   if costs.round <= 1:
     return 0.0
-  if costs.round >= costs.K + 1:
+  if costs.round >= costs.tokens(1.0):
     return None
   low, high = 0.0, 1.0  # E rises with α, from 1 at α = 0 to K+1 at α = 1
   for _ in range(60):
     mid = (low + high) / 2
-    low, high = (mid, high) if expected_tokens_per_round(mid, costs.K) < costs.round else (low, mid)
+    low, high = (mid, high) if costs.tokens(mid) < costs.round else (low, mid)
   return (low + high) / 2
 
 def measured_over_predicted(spec: Stats, base: Stats) -> dict[str, float]:
   """Where the measured speedup (Algorithm 1's ms a token ÷ Algorithm 2's) departs from predicted_speedup: four
   ratios whose product is measured ÷ predicted, each 1 where its side of the prediction held.
   tokens: the tokens a round emitted ÷ E at α̂ (rounds cut by max-new-tokens, α not i.i.d., K varying);
-  parts: a round priced by its parts ÷ the round replayed alone (prompt lookup's lookups added to both);
+  parts: a round priced by its parts ÷ the round replayed alone (prompt lookup's lookups added to both, and its
+  plain rounds priced at t(1) in both);
   replay: the round replayed ÷ a round of the run (its host loop included);
   baseline: Algorithm 1's run, a token ÷ t(1), its call timed alone."""
-  predicted_round = spec.costs.round * spec.token_call_time  # seconds
-  alone = spec.round_replay_time + spec.host_draft_time
-  return {"tokens": spec.tokens_per_target_call / expected_tokens_per_round(spec.acceptance_rate, spec.mean_drafted),
-          "parts": predicted_round / alone, "replay": alone / (spec.decode_time / spec.rounds),
+  m, t1 = spec.costs, spec.token_call_time
+  alone = (1 - m.plain) * (spec.round_replay_time + spec.host_draft_time) + m.plain * t1  # seconds, a round
+  return {"tokens": spec.tokens_per_target_call / m.tokens(spec.acceptance_rate),
+          "parts": m.round * t1 / alone, "replay": alone / (spec.decode_time / spec.rounds),
           "baseline": (base.decode_time / base.new_tokens) / spec.token_call_time}

@@ -477,7 +477,7 @@ def speculative_sample(target: GPT2, draft: Draft, prompt_tokens: list[int], max
     new = [int(t) for t in out[:a + 1]]
     came_from = ["accepted"] * a + ["resampled" if a < k else "bonus" if k else "target"]
     stats.drafted, stats.accepted = stats.drafted + k, stats.accepted + a
-    stats.rejected += a < k
+    stats.rejected, stats.plain_rounds = stats.rejected + (a < k), stats.plain_rounds + (not k)
     # Never overshoot: stop at max_new_tokens, at the end of the context,
     # and at eos even inside an accepted run.
     new = new[:min(max_new_tokens - (n - n_prompt), n_ctx - n)]

@@ -109,6 +109,7 @@ def test_greedy_with_ngram_draft_equals_greedy_autoregressive(models):
   got, origins, stats = speculative_sample(target, NgramDraft(), prompt, 30, K=4, sampling=Sampling(0))
   assert got == expected
   assert {"accepted", "resampled", "target"} <= set(origins) and stats.drafted > 0
+  assert stats.plain_rounds == origins.count("target")  # a round that proposed nothing: one plain target step
 
 def test_acceptance_rate_counts_every_check(models, monkeypatch):
   """α̂ has one definition, Stats.acceptance_rate = accepted / checked drafts, counting every check that the
@@ -341,6 +342,20 @@ def test_measured_over_predicted_is_the_product_of_its_terms():
     assert terms["parts"] == pytest.approx(0.016 * run.costs.round / 0.037)  # by the parts ÷ the replay
     assert terms["replay"] == pytest.approx(0.037 / (1.2 / 20)) and terms["baseline"] == pytest.approx(1 / 60 / 0.016)
   assert terms["tokens"] == pytest.approx(2.5 / costs.expected_tokens_per_round(0.75, 4))
+
+def test_prompt_lookups_plain_rounds_cost_t1_for_one_token():
+  """A round where prompt lookup finds nothing is a plain target step, one token for t(1): the cost model mixes
+  such rounds in at their share, K counting the drafts of a round that drafts; all plain, it predicts 1x."""
+  stats = Stats(new_tokens=30, rounds=20, drafted=30, accepted=10, rejected=5, plain_rounds=5, propose_time=0.003,
+                draft_call_time=0.0001, target_call_time=0.02, work_time=0.002, token_call_time=0.01)
+  m, E = stats.costs, costs.expected_tokens_per_round(2 / 3, 2)
+  assert (m.K, m.plain, m.c, m.first) == pytest.approx((2, 0.25, 0.01, 0.01))
+  assert costs.predicted_speedup(2 / 3, m) == pytest.approx((0.75 * E + 0.25) / (0.75 * (0.02 + 2 + 0.2) + 0.25))
+  assert stats.host_draft_time == pytest.approx(2 * 0.0001)  # a drafting round's lookups: K·c, in seconds
+  alpha = costs.break_even_alpha(m)
+  assert costs.predicted_speedup(alpha, m) == pytest.approx(1.0)
+  everything_plain = dataclasses.replace(m, plain=1.0)
+  assert costs.predicted_speedup(0.5, everything_plain) == 1.0 and costs.break_even_alpha(everything_plain) == 0.0
 
 def test_the_speedup_compares_the_decode_not_the_prefill(models):
   """ms_per_token and tokens_per_second leave the prompt's prefill out: decode_time starts after it."""
