@@ -12,10 +12,11 @@ Method: after a warm-up that compiles every kernel, each prompt is continued by 
 Algorithm 2 with the same seed, prompt by prompt, so that a change of load on the machine touches both
 alike. Every run makes exactly --max-new-tokens tokens (no stop at <|endoftext|>). The table's ms a token and
 speedup are the decode's, the prompt's prefill left out of both; the time plot includes it, as a user waits
-for it. After each run a round, its parts and Algorithm 1's call are replayed in turn: the cost model's c, r
-and o, and its prediction beside the measured speedup. The table pools the prompts; the plots show their mean
-and standard deviation. Set the device with DEV=... On DEV=NULL (tinygrad's device that runs no kernel and
-reads back zeros) every time is host work: what Python and tinygrad spend around the kernels.
+for it. After each run a round's parts (the draft's steps, the target's K+1 rows and the round's own work, each
+a compiled call), Algorithm 1's call and, as a check, the round itself are replayed in turn: the cost model's c,
+r and v, and its prediction from the parts beside the measured speedup. The table pools the prompts; the plots
+show their mean and standard deviation. Set the device with DEV=... On DEV=NULL (tinygrad's device that runs no
+kernel and reads back zeros) every time is host work: what Python and tinygrad spend around the kernels.
 
 Where the time goes: the table's header gives the weights each algorithm reads per token, its footer the
 memory-bandwidth floor (the target's weights ÷ the bandwidth: --bandwidth, or measured) and each algorithm
@@ -23,19 +24,20 @@ against it. --scoring times one target call of T tokens alone: in total, its hos
 """
 from __future__ import annotations
 import argparse, json, math, os, pathlib, platform, statistics, sys, tempfile, textwrap, time
-from dataclasses import asdict, fields
+from dataclasses import asdict, fields, replace
 import numpy as np
 import tiktoken
 from tinygrad import Context, Device, Tensor, TinyJit, dtypes
 from tinygrad.helpers import GlobalCounters, tqdm
 from tinygrad.nn.state import get_parameters
 from compiled import Compiled, calls, searching, step
+from costs import Costs, Stats, break_even_alpha, expected_tokens_per_round, measured_over_predicted
+from costs import predicted_speedup
 from gpt2 import GPT2
 from sampling import Sampling
 from session import check, load_draft, load_target, main, options, search_kernels, time_parts, warm_up
 from session import warm_up_baseline
-from speculative import Costs, Draft, Stats, autoregressive_sample, break_even_alpha, choose_draft
-from speculative import expected_tokens_per_round, ideal_speedup, predicted_speedup, speculative_sample
+from speculative import Draft, autoregressive_sample, choose_draft, speculative_sample
 from weights import LoadError, checkpoint_dir, load_tokenizer, save_model
 
 GPT2_VOCAB = 50257
@@ -100,8 +102,8 @@ def machine() -> str:
 def total(stats: list[Stats]) -> Stats:
   """The Stats of several runs pooled: counts and times added, the steps and round timed after each run averaged
   (stopped_by, a word, is left out)."""
-  timed_apart = ("draft_first_time", "draft_call_time", "draft_round_time", "target_call_time", "round_replay_time",
-                 "token_call_time")
+  timed_apart = ("draft_first_time", "draft_call_time", "draft_round_time", "target_call_time", "work_time",
+                 "round_replay_time", "token_call_time")
   numbers = [f.name for f in fields(Stats) if f.name not in ("stopped_by", *timed_apart)]
   pooled = Stats(**{name: sum(getattr(s, name) for s in stats) for name in numbers})
   for name in timed_apart:
@@ -132,29 +134,35 @@ def run_pairs(target: GPT2, draft: Draft, prompts: list[list[int]], n_tokens: in
 
 def summarize(K: int, runs: list[tuple[Stats, Stats]]) -> dict:
   """One row of the table from the runs of one K: pooled figures, and per-prompt ones for the plots. The
-  speedup is the decode's (the prompts' prefill left out of both); the cost model's c, r and o come from the
-  steps, the round and Algorithm 1's call timed in turn after each run (a round is one compiled call: its
-  parts cannot be timed in it)."""
+  speedup is the decode's (the prompts' prefill left out of both); the cost model's c, r and v come from the
+  round's parts and Algorithm 1's call timed in turn after each run (a round is one compiled call: its parts
+  cannot be timed in it), the round's replay only the check."""
   base, spec = total([b for b, _ in runs]), total([s for _, s in runs])
   alpha, costs = spec.acceptance_rate, spec.costs
   speedup, predicted = base.ms_per_token / spec.ms_per_token, predicted_speedup(alpha, costs)
   return {"K": K, "alg1_ms_per_token": base.ms_per_token, "alg2_ms_per_token": spec.ms_per_token,
           "speedup": speedup, "alpha": alpha, "tokens_per_target_call": spec.tokens_per_target_call,
-          "mean_drafted": costs.K, "c": costs.c, "c_first": costs.first, "r": costs.r, "o": costs.o,
-          "predicted": predicted, "predicted_ideal": ideal_speedup(alpha, costs.K, costs.c),
+          "mean_drafted": costs.K, "plain_share": costs.plain,
+          "c": costs.c, "c_first": costs.first, "r": costs.r, "v": costs.v, "predicted": predicted,
+          # Leviathan et al.'s E / (Kc + 1) (prompt lookup's plain rounds, 1 token for t(1), mixed in)
+          "predicted_ideal": predicted_speedup(alpha, replace(costs, first=costs.c, r=1.0, v=0.0)),
           "break_even_alpha": break_even_alpha(costs), "measured_over_predicted": speedup / predicted,
           "draft_first_step_ms": 1e3 * spec.draft_first_time, "draft_step_ms": 1e3 * spec.draft_call_time,
-          "target_step_ms": 1e3 * spec.target_call_time, "t1_ms": 1e3 * spec.token_call_time,
+          "target_step_ms": 1e3 * spec.target_call_time, "work_ms": 1e3 * spec.work_time,
+          "t1_ms": 1e3 * spec.token_call_time,
+          # measured ÷ predicted, term by term: their product (costs.measured_over_predicted)
+          "measured_over_predicted_terms": measured_over_predicted(spec, base),
           # Algorithm 2's round: one compiled call (K draft steps, the target's K+1 rows, tests, draws, read)
           "ms_per_round": 1e3 * spec.round_call_time,
-          # a round replayed over its parts, timed in turn: well above 1, the round runs other kernels
-          "round_over_parts": spec.round_over_parts,
+          # the check: a round replayed ÷ its parts and own work, timed in turn (never a term of predicted)
+          "round_over_parts": spec.round_over_parts, "round_replay_ms": 1e3 * spec.round_replay_time,
           "calls_per_round": spec.compiled_calls / spec.rounds,
           "host_ms_per_round": 1e3 * spec.host_time / spec.compiled_calls,
           "alg1_seconds": [b.total_time for b, _ in runs], "alg2_seconds": [s.total_time for _, s in runs],
           "tokens_per_round": [s.tokens_per_target_call for _, s in runs],
           "round_seconds": [s.round_call_time for _, s in runs],
           "draft_seconds_per_round": [s.draft_round_time for _, s in runs],
+          "work_seconds_per_round": [s.work_time for _, s in runs],
           "target_seconds_per_round": [s.target_call_time for _, s in runs],
           "alg1": asdict(base), "alg2": asdict(spec)}
 
@@ -297,23 +305,29 @@ def vs_hf(target: GPT2, draft: Draft, folders: tuple[str, str], prompts: list[li
 COLUMNS = [("K", "K", "{}"), ("Alg1 ms/tok", "alg1_ms_per_token", "{:.1f}"),
            ("Alg2 ms/tok", "alg2_ms_per_token", "{:.1f}"), ("speedup", "speedup", "{:.2f}x"), ("α̂", "alpha", "{:.2f}"),
            ("tok/round", "tokens_per_target_call", "{:.2f}"),
-           ("c", "c", "{:.3f}"), ("r", "r", "{:.2f}"), ("o", "o", "{:.2f}"), ("ideal", "predicted_ideal", "{:.2f}x"),
+           ("c₁", "c_first", "{:.3f}"), ("c", "c", "{:.3f}"), ("r", "r", "{:.2f}"), ("v", "v", "{:.2f}"),
+           ("ideal", "predicted_ideal", "{:.2f}x"),
            ("predicted", "predicted", "{:.2f}x"), ("meas/pred", "measured_over_predicted", "{:.2f}"),
            ("break-even α", "break_even_alpha", "{:.2f}"), ("ms/round", "ms_per_round", "{:.2f}"),
            ("round/parts", "round_over_parts", "{:.2f}"), ("host ms/round", "host_ms_per_round", "{:.2f}"),
            ("calls/round", "calls_per_round", "{:.2f}")]
 LEGEND = ("Alg1 and Alg2 ms/tok: after the prompt's prefill, which is left out of both (as Chen et al.'s Table 1 "
           "gives ms a token); speedup: their ratio. The cost model (Leviathan et al. 2022) prices a round in "
-          "t(1), Algorithm 1's call (a token), timed in turn after each run with the round and its parts: c, a "
-          "draft step of 1 row ÷ t(1); r, the target's step of K+1 rows ÷ t(1); o, the replayed round less its "
-          "parts ÷ t(1) (its tests, draws and read). ideal: E / (Kc + 1), Leviathan et al.'s, with E = (1 − "
-          "α̂^(K+1)) / (1 − α̂) (K: the mean drafted a round), r = 1 and o = 0. predicted: E / (c₁ + (K−1)c + r "
-          "+ o), c₁ the round's first draft step (2 rows). break-even α: where E equals a round's cost in t(1) "
-          "(0: a round costs at most one token's call; none: not even K+1 tokens a round would pay). ms/round: "
-          "one compiled round, from its launch until its tokens are read on the host (on DEV=NULL: the host "
-          "work of one whole round). round/parts: the replayed round over its parts (medians). host ms/round: "
-          "until the launch returns (on CUDA or Metal, the host's own work; on the CPU the kernels run inside "
-          "it). calls/round: compiled calls launched per round.")
+          "t(1), Algorithm 1's call (a token, read), from its parts, each a compiled call timed alone, in turn "
+          "after each run: c₁, the round's first draft step (2 rows) ÷ t(1); c, a later one (1 row) ÷ t(1) (for "
+          "prompt lookup, its lookup on the host per draft); r, the target's step of K+1 rows ÷ t(1); v, the "
+          "round's own work (the draws of x̃, the tests, the last draw, the read) ÷ t(1). ideal: E / (Kc + 1), "
+          "Leviathan et al.'s, with E = (1 − α̂^(K+1)) / (1 − α̂) (K: the mean drafted in a round that drafts), r = 1 "
+          "and v = 0. predicted: E / (c₁ + (K−1)c + r + v); each part pays its own launch, which a round pays "
+          "once; prompt lookup's rounds that find nothing, plain target steps, are mixed into both at 1 token for "
+          "t(1). "
+          "meas/pred: speedup ÷ predicted (in the JSON, term by term). break-even α: where E equals a round's "
+          "cost in t(1) (0: a round costs at most one token's call; none: not even K+1 tokens a round would "
+          "pay). ms/round: one compiled round, from its launch until its tokens are read on the host (on "
+          "DEV=NULL: the host work of one whole round). round/parts: the check, a round replayed ÷ its parts "
+          "and v (medians), never a term of predicted. host ms/round: until the launch returns (on CUDA or "
+          "Metal, the host's own work; on the CPU the kernels run inside it). calls/round: compiled calls "
+          "launched per round.")
 
 def table(rows: list[dict]) -> str:
   """One line per K, each column as wide as its header or widest cell."""
@@ -328,12 +342,12 @@ def at_real_alpha(rows: list[dict]) -> str:
   speedups = {r["K"]: predicted_speedup(ALPHA_REAL, row_costs(r)) for r in rows}
   best = max(speedups, key=speedups.get)
   return (f"predicted at α = {ALPHA_REAL} (not measured: real gpt2-xl drafted by gpt2, as measured elsewhere; "
-          "see ALPHA_REAL) from each K's measured c, r and o: "
+          "see ALPHA_REAL) from each K's measured c₁, c, r and v: "
           + ", ".join(f"K={K} {x:.2f}x" for K, x in speedups.items()) + f"; the best measured K there: {best}")
 
 def row_costs(r: dict) -> Costs:
   """A table row's measured costs, in t(1)."""
-  return Costs(r["mean_drafted"], r["c"], r["c_first"], r["r"], r["o"])
+  return Costs(r["mean_drafted"], r["c"], r["c_first"], r["r"], r["v"], r["plain_share"])
 
 def bytes_line(rows: list[dict], target_bytes: int, draft_bytes: int) -> str:
   """Weights read per emitted token: the target's for Algorithm 1; (K·draft + target) ÷ tokens per target call
@@ -391,7 +405,8 @@ def plot(rows: list[dict], header: str, n_tokens: int, out: pathlib.Path, tag: s
   fig, ax = plt.subplots(figsize=(6.4, 4.6))
   curves = (("round_seconds", "whole round (one compiled call)"),
             ("target_seconds_per_round", "target step of K + 1 tokens, timed apart"),
-            ("draft_seconds_per_round", "the K draft steps (2 rows, then 1), timed apart"))
+            ("draft_seconds_per_round", "the K draft steps (2 rows, then 1), timed apart"),
+            ("work_seconds_per_round", "the round's own work (draws, tests, read), timed apart"))
   for key, label in curves:
     errorbar(ax, key, label, scale=1e3)
   paths.append(save(fig, ax, "Time per round", "milliseconds (mean ± sd over prompts)", "round"))

@@ -150,7 +150,7 @@ import json, pathlib, sys
 out, bandwidth, about, times, runs = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
 try:  # this checkout's cost model: what the measured costs give at α = 0.71
   from bench import ALPHA_REAL, row_costs
-  from speculative import predicted_speedup
+  from costs import predicted_speedup
 except Exception as e:
   ALPHA_REAL, row_costs = 0.71, None
   print(f"(bench.py does not import here: {type(e).__name__}: {e}; 'at α' left out)\n")
@@ -171,6 +171,9 @@ for run in runs:
     notes.append(f"{run}: an older JSON. r is its scoring_ratio and t(1) its target_one_row_ms (the 1-row step "
                  "without the draw), c its draft_step_ms ÷ that; its speedup counts the prefill; predicted, "
                  "break-even α and at α: -")
+  elif "v" not in r:  # the cost model before v: its predicted is E·t(1) ÷ the replayed round
+    notes.append(f"{run}: its JSON prices a round with o (the replayed round less its parts), not v, the round's own "
+                 "work timed alone: its predicted is E·t(1) ÷ the replayed round; v and at α: -")
   elif row_costs:
     r["at_real"] = predicted_speedup(ALPHA_REAL, row_costs(r))
   bw = result.get("bandwidth") or (float(bandwidth) * 1e9 if bandwidth else None)
@@ -178,14 +181,14 @@ for run in runs:
   r["floor_x"] = r["alg1_ms_per_token"] / r["floor_ms"] if r["floor_ms"] else None
   rows[run] = r
 print(f"# GPU measurement\n\n{about}\nwall times: {times}\n")
-print(f"| run | K | α̂ | Alg1 ms/token | floor ms | ÷ floor | Alg2 ms/token | t(1) ms | r | c | round ÷ parts "
+print(f"| run | K | α̂ | Alg1 ms/token | floor ms | ÷ floor | Alg2 ms/token | t(1) ms | r | c | v | round ÷ parts "
       f"| ms/round | speedup (α̂) | predicted | break-even α | at α = {ALPHA_REAL} |")
-print("|" + " --- |" * 16)
+print("|" + " --- |" * 17)
 for run, r in rows.items():
   even = "none" if "break_even_alpha" in r and r["break_even_alpha"] is None else fmt(r.get("break_even_alpha"))
   print(f"| {run} | {r['K']} | {fmt(r['alpha'])} | {fmt(r['alg1_ms_per_token'])} | {fmt(r['floor_ms'])} "
         f"| {fmt(r['floor_x'], '.1f')} | {fmt(r['alg2_ms_per_token'])} | {fmt(r['t1_ms'])} | {fmt(r['r'])} "
-        f"| {fmt(r['c'], '.3f')} | {fmt(r['round_over_parts'])} | {fmt(r['ms_per_round'])} "
+        f"| {fmt(r['c'], '.3f')} | {fmt(r.get('v'))} | {fmt(r['round_over_parts'])} | {fmt(r['ms_per_round'])} "
         f"| {fmt(r['speedup'], '.2f', '×')} | {fmt(r.get('predicted'), '.2f', '×')} | {even} "
         f"| {fmt(r.get('at_real'), '.2f', '×')} |")
 print("\n| issue 55's bound | " + " | ".join(rows) + " |\n|" + " --- |" * (len(rows) + 1))

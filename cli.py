@@ -6,11 +6,12 @@ timing and search it shares with bench.py are in session.py).
                                                                                      # no model download
 """
 from __future__ import annotations
-import argparse, codecs, sys
+import argparse, codecs, math, sys
+from dataclasses import replace
 from tinygrad import Device
 from compiled import calls
-from speculative import EOT, Draft, Stats, Stream, autoregressive_sample, break_even_alpha, check_run
-from speculative import expected_tokens_per_round, ideal_speedup, predicted_speedup, speculative_sample
+from costs import Stats, break_even_alpha, expected_tokens_per_round, measured_over_predicted, predicted_speedup
+from speculative import EOT, Draft, Stream, autoregressive_sample, check_run, speculative_sample
 from session import SEARCH_MINUTES, check, load_all, main, options, search_kernels, time_parts, warm_up
 from session import warm_up_baseline
 
@@ -33,48 +34,69 @@ def report(stats: Stats, K: int | None = None, draft: Draft | None = None) -> st
   lines = [f"new tokens            {stats.new_tokens} (stopped by {stats.stopped_by})",
            f"target calls          {stats.rounds}"]
   if K is not None:
-    a, checked = stats.acceptance_rate, stats.accepted + stats.rejected
+    a, checked, m = stats.acceptance_rate, stats.accepted + stats.rejected, stats.costs
+    plain = f"; {stats.plain_rounds} plain target steps, 1 token each" if stats.plain_rounds else ""
     lines += [f"acceptance rate α̂     {a:.3f} = {stats.accepted} accepted ÷ {checked} checked drafts "
               f"({stats.drafted} drafted; those after a rejection are never checked)",
               f"tokens/target call    {stats.tokens_per_target_call:.2f} (expected (1 - α^(K+1)) / (1 - α) "
-              f"at α̂ and K = {stats.mean_drafted:.2f} drafted per call: "
-              f"{expected_tokens_per_round(a, stats.mean_drafted):.2f})",
+              f"at α̂ and K = {m.K:.2f} drafted per call{plain}: {m.tokens(a):.2f})",
               f"time per round        {1e3 * stats.round_call_time:.2f} ms (one compiled call: drafts, "
               "target, tests and draws)",
               f"time per draft token  {1e3 * stats.draft_call_time:.2f} ms ({draft.timing(stats)})",
               f"time per target call  {1e3 * stats.target_call_time:.1f} ms ({K + 1} rows)",
-              f"round ÷ its parts     {stats.round_over_parts:.2f} (replayed in turn after the run: a round "
-              f"{1e3 * stats.round_replay_time:.2f} ms, its parts {1e3 * stats.round_parts_time:.2f} ms)"]
+              f"round's own work      {1e3 * stats.work_time:.2f} ms (its draws, tests and read, compiled and timed "
+              "alone)",
+              f"round ÷ its parts     {stats.round_over_parts:.2f} (the check, replayed in turn after the run: a "
+              f"round {1e3 * stats.round_replay_time:.2f} ms, its parts and own work {1e3 * stats.round_parts_time:.2f}"
+              " ms)"]
   else:
     lines += [f"time per target call  {1e3 * stats.target_call_time:.1f} ms (one compiled call: the pass "
               "and its draw)"]
   return "\n".join(lines + [f"tokens per second     {stats.tokens_per_second:.2f} (after the prompt's prefill)"])
 
 def cost_report(spec: Stats, base: Stats | None, K: int) -> str:
-  """The speedup measured, beside the cost model's prediction and the chain that leads to it from Leviathan et
-  al.'s ideal, factor by factor; without Algorithm 1's run (base), what the prediction needs."""
+  """The speedup measured, beside the cost model's prediction from the round's parts timed alone and the chain
+  that leads to it from Leviathan et al.'s ideal, factor by factor; then where the two differ, term by term
+  (costs.measured_over_predicted); without Algorithm 1's run (base), what the prediction needs."""
   if base is None:
     return ("speedup               not predicted: the cost model prices a round in t(1), Algorithm 1's call, "
             "which --compare times")
-  m, a, E = spec.costs, spec.acceptance_rate, expected_tokens_per_round(spec.acceptance_rate, spec.mean_drafted)
-  measured, predicted = base.ms_per_token / spec.ms_per_token, predicted_speedup(a, m)
-  even = break_even_alpha(m)
-  lookup = "" if spec.draft_round_time else " (prompt lookup drafts a varying number a round: approximate)"
-  steps = [("ideal", ideal_speedup(a, m.K, m.c), "E / (Kc + 1): Leviathan et al.'s, K+1 rows priced as one token"),
-           ("with r", E / (m.K * m.c + m.r), "E / (Kc + r): the target's K+1 rows cost r"),
-           ("with first step", E / (m.round - m.o), "E / (c₁ + (K-1)c + r): the round's first draft step, c₁"),
-           ("with o = predicted", predicted, f"E / (c₁ + (K-1)c + r + o){lookup}")]
+  m, a, measured = spec.costs, spec.acceptance_rate, base.ms_per_token / spec.ms_per_token
+  E, predicted = expected_tokens_per_round(a, m.K), predicted_speedup(a, m)
+  even, terms = break_even_alpha(m), measured_over_predicted(spec, base)
+  lookup = math.isnan(spec.draft_first_time)  # prompt lookup: its drafts come from the host
+  # each step of the chain from the ideal adds one cost (prompt lookup's plain rounds, 1 token for t(1), in all)
+  chain = lambda **costs: predicted_speedup(a, replace(m, **costs))
+  steps = [("ideal", chain(first=m.c, r=1.0, v=0.0), "E / (Kc + 1): Leviathan et al.'s, K+1 rows priced as one token"),
+           ("with r", chain(first=m.c, v=0.0), "E / (Kc + r): the target's K+1 rows cost r"),
+           ("with first step", chain(v=0.0), "E / (c₁ + (K-1)c + r): the round's first draft step, c₁"),
+           ("with v = predicted", predicted, "E / (c₁ + (K-1)c + r + v)" +
+            f" in the {1 - m.plain:.0%} of rounds that draft (prompt lookup drafts a varying number: approximate)"
+            * lookup)]
+  t1, round_ms = 1e3 * spec.token_call_time, 1e3 * spec.decode_time / spec.rounds
+  alone, priced = 1e3 * (spec.round_replay_time + spec.host_draft_time), m.round * t1
+  why = [("tokens a round", "tokens", f"{spec.tokens_per_target_call:.2f} measured ÷ {m.tokens(a):.2f} expected"),
+         ("parts ÷ round", "parts", f"a round priced by its parts, {priced:.2f} ms ÷ the round replayed alone, "
+          f"{alone:.2f} ms" + " (each with its lookups)" * lookup),
+         ("replay ÷ run", "replay", f"the round replayed ÷ a round of the run, {round_ms:.2f} ms (its host loop "
+          "included)"),
+         ("Algorithm 1 ÷ t(1)", "baseline", f"Algorithm 1's run, {base.ms_per_token:.2f} ms a token ÷ t(1), its "
+          f"call timed alone, {t1:.2f} ms")]
+  furthest = max(why, key=lambda w: abs(math.log(terms[w[1]])))[0]
+  c = ("a draft's share of the lookups on the host ÷ t(1)" if lookup else
+       f"a draft step ÷ t(1) (c₁, the round's first, 2 rows: {m.first:.3f})")
   return "\n".join([
-    f"cost model            Leviathan et al. (2022), in t(1) = {1e3 * spec.token_call_time:.2f} ms, Algorithm 1's "
-    "call timed in turn with the round's parts",
+    f"cost model            Leviathan et al. (2022), in t(1) = {t1:.2f} ms, Algorithm 1's call; each part of a "
+    "round a compiled call timed alone, in turn with it",
     f"  E                   {E:.2f} tokens a round: (1 - α^(K+1)) / (1 - α) at α̂ {a:.3f}, K = {m.K:.2f}",
-    f"  c                   {m.c:.3f} a draft step ÷ t(1) (c₁, the round's first: {m.first:.3f})",
+    f"  c                   {m.c:.3f} {c}",
     f"  r                   {m.r:.3f} the target's step of {K + 1} rows ÷ t(1) (their model: 1)",
-    f"  o                   {m.o:.3f} the round's own work ÷ t(1): its replay less its parts (tests, draws, read)",
+    f"  v                   {m.v:.3f} the round's own work ÷ t(1): its draws, tests and read (their model: 0)",
     *[f"  {name:<19} {x:.2f}x  {how}" for name, x, how in steps],
-    f"speedup               {measured:.2f}x measured, {predicted:.2f}x predicted (measured ÷ predicted "
-    f"{measured / predicted:.2f}): Algorithm 1's ms a token ÷ Algorithm 2's, {base.ms_per_token:.1f} ÷ "
-    f"{spec.ms_per_token:.1f}, after the prompt's prefill",
+    f"speedup               {measured:.2f}x measured, {predicted:.2f}x predicted: Algorithm 1's ms a token ÷ "
+    f"Algorithm 2's, {base.ms_per_token:.1f} ÷ {spec.ms_per_token:.1f}, after the prompt's prefill",
+    f"measured ÷ predicted  {measured / predicted:.2f} = the product of these terms (furthest from 1: {furthest})",
+    *[f"  {name:<19} {terms[key]:.2f}  {how}" for name, key, how in why],
     f"break-even α          {'none at this K' if even is None else f'{even:.2f}'} (where E = a round's cost, "
     f"{m.round:.2f} t(1), at K = {K})"])
 

@@ -5,13 +5,13 @@ the kernels. Each option is declared here once; each bad input is refused once, 
 from __future__ import annotations
 import argparse, contextlib, gc, math, multiprocessing, os, signal, sys, threading, time
 from typing import Callable, Iterator
-from tinygrad import Device, Tensor, dtypes
+from tinygrad import Device, Tensor, TinyJit, dtypes
 from tinygrad.helpers import BEAM, DEV
 from compiled import Compiled, calls, on_host_cpu, step, time_calls
+from costs import Stats
 from gpt2 import GPT2
 from sampling import Sampling
-from speculative import Draft, Stats, autoregressive_sample, check_request, choose_draft, speculative_sample
-from speculative import token_step
+from speculative import Draft, autoregressive_sample, check_request, choose_draft, speculative_sample, token_step
 from weights import LoadError, checkpoint_dir, load_model, load_tokenizer, random_model
 
 # The search after a run's text stops by itself after SEARCH_MINUTES; the next run goes on from the last kernel
@@ -180,30 +180,48 @@ def settle() -> None:
   gc.collect()
   gc.freeze()
 
+class Read:
+  """A compiled call whose numbers the host reads after each call, as a run reads a round's or a token's: timed
+  with compiled.time_calls, the read is in its time."""
+  def __init__(self, call: Compiled):
+    self.call = call
+
+  @property
+  def jit(self) -> TinyJit:
+    return self.call.jit
+
+  def __call__(self, *values: int) -> Tensor:
+    out = self.call(*values)
+    self.call.to_host(out)
+    return out
+
 def time_parts(target: GPT2, draft: Draft, K: int, sampling: Sampling, stats: Stats, x: list[int],
                reps: int = 7, baseline: bool = True) -> None:
-  """Fill in stats with a round's parts (the draft's steps, draft.steps, and the target's step of K+1 rows), the
-  round itself and, with baseline, Algorithm 1's call t(1), the cost model's unit: all replayed after the run
-  in turn (compiled.time_calls). A fused round cannot time its parts, and calls timed apart from each other
-  let a slow spell of the machine fall on one side only (the searched demo pair's round measured 0.93 to 1.67
-  times its parts, run to run). The round replayed is the one after the middle of the run's text x (its last
-  stats.new_tokens // 2 cut), with its last token repeated, so that prompt lookup finds a match and drafts: a
-  round, not a plain target step. Without baseline, Algorithm 1's call is not compiled (its compile costs
-  seconds to minutes), and t(1) stays nan."""
+  """Fill in stats with a round's parts, each a compiled call timed alone: the target's step of K+1 rows, the
+  draft's steps and the round's own work (draft.parts); the round itself, the check that it costs its parts;
+  and, with baseline, Algorithm 1's call t(1), the cost model's unit: all replayed after the run in turn
+  (compiled.time_calls), the round, its own work and Algorithm 1's call with their numbers read, as a run reads
+  them. A fused round cannot time its parts, and calls timed apart from each other let a slow spell of the
+  machine fall on one side only (the searched demo pair's round measured 0.93 to 1.67 times its parts, run to
+  run). The round replayed is the one after the middle of the run's text x (its last stats.new_tokens // 2
+  cut), with its last token repeated, so that prompt lookup finds a match and drafts: a round, not a plain
+  target step. Without baseline, Algorithm 1's call is not compiled (its compile costs seconds to minutes), and
+  t(1) stays nan."""
   n_ctx = min(m.config.n_ctx for m in [target, *draft.models])
   x = x[:max(min(len(x) - stats.new_tokens // 2, n_ctx - 2), 1)]
   x, n = x + x[-1:], len(x) + 1
   call, values, _ = draft.round(target, x, K, K, sampling)
-  calls = [(call, [*values, 0, 0, n - 1]), *draft.steps(x, sampling),
-           (step(target, K + 1, sampling), [n - 1, x[-1], *[0] * K])]
+  *steps, (work, bound) = draft.parts(target, x, K, sampling)
+  calls = [(Read(call), [*values, 0, 0, n - 1]), (step(target, K + 1, sampling), [n - 1, x[-1], *[0] * K]),
+           *steps, (Read(work), [*bound, 0, 0])]
   if baseline:
-    calls.append((token_step(target, sampling), [x[-1], 0, 0, n - 1]))
-  with heartbeat(lambda: "timing a round, its draft and target steps and Algorithm 1's call, in turn"):
+    calls.append((Read(token_step(target, sampling)), [x[-1], 0, 0, n - 1]))
+  with heartbeat(lambda: "timing a round, its parts and Algorithm 1's call, in turn"):
     times = time_calls(calls, reps)
   if baseline:
     stats.token_call_time = times.pop()
-  stats.round_replay_time, stats.target_call_time = times[0], times[-1]
-  stats.draft_first_time, stats.draft_call_time, stats.draft_round_time = draft.step_times(times[1:-1], stats, K)
+  stats.round_replay_time, stats.target_call_time, *step_times, stats.work_time = times
+  stats.draft_first_time, stats.draft_call_time, stats.draft_round_time = draft.step_times(step_times, stats, K)
 
 # ***** the kernel search *****
 

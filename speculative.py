@@ -24,13 +24,15 @@ float32 product, so it accepts with probability min(1, q/p) ± 2^-23. The random
 generator keyed by (seed, round), so the same seed gives the same tokens on the same device, run after run.
 """
 from __future__ import annotations
-import hashlib, math, pathlib, time
-from dataclasses import dataclass
+import hashlib, pathlib, time
 from typing import Callable, Protocol
 import numpy as np
 from tinygrad import Device, Tensor, UOp, Variable, dtypes
 from compiled import PREFILL_ROWS, Compiled, forward_rows, kept, prepare, searching, signature, step, symbolic_ids
+from compiled import width
+from costs import Stats
 from gpt2 import GPT2, MAX_ROWS
+from layout import padded_vocab
 from sampling import Sampling
 
 EOT = 50256  # GPT-2's <|endoftext|>
@@ -148,24 +150,31 @@ def verify(drafts: Tensor, p: Tensor, q: Tensor, k: int | UOp, bits: Tensor) -> 
 
 # ***** one compiled call per round (and per token for Algorithm 1) *****
 
-def propose(draft: GPT2, last_two: Tensor, start: UOp, j: UOp, K: int, sampling: Sampling,
-            bits: Tensor, searched: bool) -> tuple[Tensor, Tensor]:
-  """Algorithm 2's drafts: x̃ (K,) int32 and their distributions p (K, V). The first step feeds the last two
-  tokens of x from cache position start (the draft may lack both: after a round that accepted every draft it
-  never fed x̃_K) and reads row j (1; 0 when x is one token, fed twice); each later step feeds the x̃ drawn
-  before it."""
-  drafts, p, ids, rows = [], [], last_two, Tensor.full((1,), j, dtype=dtypes.int32)
+def model_work(first: Tensor, later: Callable[[int, Tensor], Tensor], scored: Callable[[Tensor], Tensor], j: UOp,
+               k: UOp, seed: UOp, counter: UOp, K: int) -> Tensor:
+  """A round with a model draft, around the rows of its models' steps: the draft's first (the last two tokens of
+  x: the draft may lack both, after a round that accepted every draft it never fed x̃_K), whose row j is read (1;
+  0 when x is one token, fed twice), later(t, x̃_t) the draft's later ones, scored(x̃) the target's K+1 rows.
+  Its own work: the draws of x̃, the tests, the last draw; int32 (K+3,): the tokens, a and the NaN flag."""
+  bits = random_bits(seed, counter, 3 * K + 2).realize()  # realized once, or each use would recompute it
+  drafts, p, rows = [], [], Tensor.full((1,), j, dtype=dtypes.int32)
   # Algorithm 2: "for t = 1 : K do"
   for t in range(K):
-    # "Sample draft auto-regressively x̃_t ~ p(x|x_1, ..., x_n, x̃_1, ..., x̃_{t-1})"; each step runs the draft's
-    # compiled step of as many rows (compiled.forward_rows), the kernels that c is timed on
-    p.append(forward_rows(draft, ids, start + j + t if t else start, sampling, searched)[rows])
-    drafts.append(sample_draft(p[-1], bits[2 * t:2 * t + 2].reshape(1, 2)))
+    # "Sample draft auto-regressively x̃_t ~ p(x|x_1, ..., x_n, x̃_1, ..., x̃_{t-1})"
+    p.append((later(t, drafts[-1]) if t else first)[rows])
+    drafts.append(sample_draft(p[-1], bits[K + 2 + 2 * t:K + 4 + 2 * t].reshape(1, 2)))
     # realized step by step inside the compiled call: the same kernels, but scheduled as K small graphs, which
     # tinygrad compiles several times faster than one graph of K steps
     Tensor.realize(p[-1], drafts[-1])
-    ids, rows = drafts[-1], Tensor.zeros(1, dtype=dtypes.int32)
-  return Tensor.cat(*drafts), Tensor.cat(*p)
+    rows = Tensor.zeros(1, dtype=dtypes.int32)
+  drafts, p = Tensor.cat(*drafts), Tensor.cat(*p)
+  q = scored(drafts).realize()
+  return flagged(verify(drafts, p, q, k, bits[:K + 2]), p, q)
+
+def lookup_work(q: Tensor, given: tuple[UOp, ...], k: UOp, seed: UOp, counter: UOp, K: int) -> Tensor:
+  """A round with drafts x̃ given (prompt lookup) around the target's K+1 rows q: as model_work's."""
+  drafts = symbolic_ids(given)
+  return flagged(verify(drafts, one_hot(drafts, q.shape[-1]), q, k, random_bits(seed, counter, K + 2)), q)
 
 def one_hot(drafts: Tensor, V: int) -> Tensor:
   """The distributions p (K, V) of a deterministic draft: all the mass on each x̃. Then the test
@@ -183,11 +192,10 @@ def model_round(target: GPT2, draft: GPT2, K: int, sampling: Sampling) -> Compil
   n_ctx, V = min(target.config.n_ctx, draft.config.n_ctx), target.config.vocab_size
   def build(searched: bool) -> tuple[Callable[..., Tensor], list[UOp]]:
     def run(start: UOp, j: UOp, before: UOp, last: UOp, k: UOp, seed: UOp, counter: UOp, at: UOp) -> Tensor:
-      bits = random_bits(seed, counter, 3 * K + 2).realize()  # realized once, or each use would recompute it
-      ids = symbolic_ids((before, last))
-      drafts, p = propose(draft, ids, start, j, K, sampling, bits[K + 2:], searched)
-      q = score(target, ids[1:].cat(drafts), at, sampling, searched).realize()
-      return flagged(verify(drafts, p, q, k, bits[:K + 2]), p, q)
+      ids, steps = symbolic_ids((before, last)), lambda fed, pos: forward_rows(draft, fed, pos, sampling, searched)
+      # each draft step runs the draft's compiled step of as many rows (compiled.forward_rows): the kernels of c
+      return model_work(steps(ids, start), lambda t, x: steps(x, start + j + t),
+                        lambda x: score(target, ids[1:].cat(x), at, sampling, searched), j, k, seed, counter, K)
     variables = [bound("start", n_ctx - 2), bound("j", 1), bound("before", V - 1), bound("last", V - 1),
                  bound("k", K), bound("seed", SEED_MAX), bound("round", SEED_MAX), bound("at", n_ctx - 1)]
     return run, variables
@@ -202,19 +210,37 @@ def lookup_round(target: GPT2, K: int, sampling: Sampling) -> Compiled:
   def build(searched: bool) -> tuple[Callable[..., Tensor], list[UOp]]:
     def run(last: UOp, *rest: UOp) -> Tensor:
       *given, k, seed, counter, start = rest
-      drafts = symbolic_ids(given)
-      q = score(target, symbolic_ids((last, *given)), start, sampling, searched)
-      return flagged(verify(drafts, one_hot(drafts, q.shape[-1]), q, k, random_bits(seed, counter, K + 2)), q)
+      return lookup_work(score(target, symbolic_ids((last, *given)), start, sampling, searched), given, k, seed,
+                         counter, K)
     variables = [bound("last", V - 1), *[bound(f"draft{t}", V - 1) for t in range(K)], bound("k", K),
                  bound("seed", SEED_MAX), bound("round", SEED_MAX), bound("start", n_ctx - 1)]
     return run, variables
   name = f"a lookup round: {target.config.n_layer}-layer target, K={K}"
   return Compiled(name, f"lookup|{signature(target)}|K={K}|{sampling!r}|{SOURCE}", searching(target), build)
 
+def round_work(target: GPT2, draft: GPT2 | None, K: int) -> Compiled:
+  """A round's own work alone, compiled (once per target, draft and K), whose time is the cost model's v:
+  model_round's call (lookup_round's for draft None) with the models' steps replaced by buffers of their rows,
+  realized once, uniform over the vocabulary (verify's `where`s make any finite p and q cost alike): the draws of
+  x̃, the tests, the last draw and the NaN flag. Variables (j or x̃_1..x̃_K, k, seed, round)."""
+  V, device = target.config.vocab_size, target.wte.weight.device
+  def rows(n: int, searched: bool) -> Tensor:  # a compiled step's result for n tokens, padded as its rows are
+    uniform = Tensor.full((width(n, searched, device), V), 1.0 / V, device=device)
+    return uniform.pad((None, (0, padded_vocab(V) - V))).contiguous().realize()
+  def build(searched: bool) -> tuple[Callable[..., Tensor], list[UOp]]:
+    q, tail = rows(K + 1, searched)[:K + 1], [bound("k", K), bound("seed", SEED_MAX), bound("round", SEED_MAX)]
+    if draft is None:
+      return lambda *v: lookup_work(q, v[:K], *v[K:], K), [*[bound(f"draft{t}", V - 1) for t in range(K)], *tail]
+    first, later = rows(2, searched), rows(1, searched)
+    return lambda j, *v: model_work(first, lambda t, x: later, lambda x: q, j, *v, K), [bound("j", 1), *tail]
+  kind = "prompt lookup" if draft is None else f"{draft.config.n_layer}-layer draft"
+  name, key = f"a round's own work: {kind}, K={K}", f"work|{signature(target)}|{kind}|K={K}|{SOURCE}"
+  return kept(target, (round_work, draft, K), lambda: Compiled(name, key, searching(target), build))
+
 def token_step(target: GPT2, sampling: Sampling) -> Compiled:
   """Algorithm 1's step, compiled once per target and Sampling: Variables (x_n, seed, round, n-1); result int32
   (2,): x_{n+1} drawn from q(x|x_1, ..., x_n) on the device, and the NaN flag. Its time is t(1), the unit of
-  the cost model below."""
+  the cost model (costs.py)."""
   n_ctx, V = target.config.n_ctx, target.config.vocab_size
   def build(searched: bool) -> tuple[Callable[..., Tensor], list[UOp]]:
     def run(last: UOp, seed: UOp, counter: UOp, start: UOp) -> Tensor:
@@ -255,13 +281,13 @@ class Draft(Protocol):
     """This round's compiled call, the values it binds before (seed, round, n-1), and how many drafts count
     (at most k): 0 when it proposes none, and then the call is Algorithm 1's step (token_step)."""
 
-  def steps(self, x: list[int], sampling: Sampling) -> list[tuple[Compiled, list[int]]]:
-    """Its compiled steps in the round that follows x, each with the values it binds: the first and a later one
-    (none for prompt lookup). session.time_parts times them in turn with the round."""
+  def parts(self, target: GPT2, x: list[int], K: int, sampling: Sampling) -> list[tuple[Compiled, list[int]]]:
+    """The round after x's parts besides the target's step, for session.time_parts, each with the values it binds:
+    its steps (the first and a later one; none for prompt lookup), then the round's own work (round_work)."""
 
   def step_times(self, times: list[float], stats: Stats, K: int) -> tuple[float, float, float]:
     """Seconds of its first draft step, of each later one (c's numerator), and of its share of a round's compiled
-    call: from its steps' times (in the order of steps), or measured in the run (stats)."""
+    call: from its steps' times (in the order of parts), or measured in the run (stats)."""
 
   def timing(self, stats: Stats) -> str:
     """How its time per draft token was had, in words, for the command line's report."""
@@ -281,10 +307,11 @@ class ModelDraft:
     call = kept(target, (model_round, draft, K, sampling), lambda: model_round(target, draft, K, sampling))
     return call, [fed, n - 1 - fed, x[fed], x[-1], k], k
 
-  def steps(self, x: list[int], sampling: Sampling) -> list[tuple[Compiled, list[int]]]:
+  def parts(self, target: GPT2, x: list[int], K: int, sampling: Sampling) -> list[tuple[Compiled, list[int]]]:
     """Its first step of 2 rows (x_{n-1}, x_n) and a later one of 1 row, compiled as the round runs them."""
-    n = len(x)
-    return [(step(self.model, 2, sampling), [n - 2, *x[-2:]]), (step(self.model, 1, sampling), [n, x[-1]])]
+    n, draft = len(x), self.model
+    return [(step(draft, 2, sampling), [n - 2, *x[-2:]]), (step(draft, 1, sampling), [n, x[-1]]),
+            (round_work(target, draft, K), [n - 1 - max(n - 2, 0), K])]
 
   def step_times(self, times: list[float], stats: Stats, K: int) -> tuple[float, float, float]:
     first, later = times
@@ -299,8 +326,8 @@ class NgramDraft:
   prompt and the text so far, and proposes up to K of the tokens that followed it.
 
   It is deterministic, so p is one-hot at each x̃ (see one_hot) and Theorem 1 holds as for any draft. Its
-  drafts cost next to nothing (c ≈ 0), so the speedup is the tokens per target call itself: large on text that
-  repeats its input. When nothing matches it proposes nothing, and the round is one ordinary target step.
+  drafts cost a lookup on the host (c ≈ 0), so a round costs about the target's K+1 rows and its own work:
+  it pays on text that repeats its input. When nothing matches, the round is one ordinary target step.
   """
   models: list[GPT2] = []
 
@@ -327,8 +354,9 @@ class NgramDraft:
     call = kept(target, (lookup_round, K, sampling), lambda: lookup_round(target, K, sampling))
     return call, [x[-1], *drafts, *[0] * (K - len(drafts)), len(drafts)], len(drafts)
 
-  def steps(self, x: list[int], sampling: Sampling) -> list[tuple[Compiled, list[int]]]:
-    return []  # no model: its drafts come from the host
+  def parts(self, target: GPT2, x: list[int], K: int, sampling: Sampling) -> list[tuple[Compiled, list[int]]]:
+    drafts = self.propose(x, K)  # no steps: its drafts come from the host
+    return [(round_work(target, None, K), [*drafts, *[0] * (K - len(drafts)), len(drafts)])]
 
   def step_times(self, times: list[float], stats: Stats, K: int) -> tuple[float, float, float]:
     """No steps: per draft, its share of the run's host time (the lookups), outside the round's call."""
@@ -340,141 +368,6 @@ class NgramDraft:
 def choose_draft(name: str, ngram_max: int, load: Callable[[str], GPT2]) -> Draft:
   """The draft that a command line's --draft names: prompt lookup for "ngram", else ModelDraft(load(name))."""
   return NgramDraft(ngram_max) if name == "ngram" else ModelDraft(load(name))
-
-# ***** what a run measures, and what the cost model predicts from it *****
-
-@dataclass
-class Stats:
-  """What a run measured. A round is one compiled call, so the draft's and the target's shares of it cannot be
-  timed inside it: draft_first_time, draft_call_time and target_call_time are its steps, compiled as the round
-  runs them and timed after the run in turn with a replay of the round (round_replay_time) and, to price them
-  in tokens of Algorithm 1, its call (token_call_time), filled in by session.time_parts. Algorithm 1's own run
-  fills in target_call_time with its call's mean time in the run."""
-  new_tokens: int = 0
-  rounds: int = 0            # rounds after the prompt, each one pass of the target (Algorithm 1: one a token)
-  drafted: int = 0           # draft tokens proposed
-  accepted: int = 0          # drafts that passed r < q(x̃)/p(x̃)
-  rejected: int = 0          # drafts that failed it: each ends its round, so the drafts after it
-                             # are never checked
-  compiled_calls: int = 0    # compiled calls launched after the prompt
-  round_time: float = 0.0    # seconds in them, from each launch until its numbers were read on the host
-  host_time: float = 0.0     # seconds until each launch returned: on CUDA or Metal, the host's own work
-  propose_time: float = 0.0  # seconds the host spent choosing each round's call and drafts (prompt lookup's)
-  draft_first_time: float = float("nan")  # seconds of a round's first draft step, of 2 rows, timed apart
-  draft_call_time: float = float("nan")   # seconds to draft one token: one draft step of 1 row timed apart,
-                                          # or a share of prompt lookup's host work
-  draft_round_time: float = float("nan")  # seconds of the draft's steps in a round: the first and K-1 later
-                                          # ones; 0 for prompt lookup, whose drafts come from the host
-  target_call_time: float = float("nan")  # seconds of one target step of K+1 rows timed apart; for
-                                          # Algorithm 1, its whole call (pass and draw)
-  round_replay_time: float = float("nan")  # seconds of one round replayed after the run, in turn with its parts
-  token_call_time: float = float("nan")    # t(1): seconds of Algorithm 1's call (a token), timed in turn with
-                                           # them; nan where the run did not time it
-  total_time: float = 0.0    # seconds of the whole run, the prompt's prefill included
-  decode_time: float = 0.0   # seconds after the prefill: what tokens_per_second and the speedup compare
-  stopped_by: str = ""       # "max-new-tokens", "end-of-text" or "the context": what ended the run
-
-  @property
-  def acceptance_rate(self) -> float:
-    """α̂ = accepted / checked drafts, the estimate of the paper's α (the chance that one draft is accepted).
-
-    Every check that verify made counts, also in a last round whose tokens max-new-tokens or end-of-text then
-    cut: each check is a fair draw of "is x̃ accepted?", and dropping those of the cut tokens, which are
-    mostly accepted ones, would bias α̂ low. Drafts after a rejection are never checked, so they never count.
-    """
-    return self.accepted / max(self.accepted + self.rejected, 1)
-
-  @property
-  def tokens_per_target_call(self) -> float:
-    return self.new_tokens / max(self.rounds, 1)
-
-  @property
-  def mean_drafted(self) -> float:
-    """Drafts proposed per round: K for a model draft (fewer only at the context's end),
-    up to K for an n-gram draft."""
-    return self.drafted / max(self.rounds, 1)
-
-  @property
-  def round_call_time(self) -> float:
-    """Seconds per compiled call: a whole round of Algorithm 2 (a token of Algorithm 1), read included."""
-    return self.round_time / max(self.compiled_calls, 1)
-
-  @property
-  def round_parts_time(self) -> float:
-    """Seconds of a round's parts, each timed apart: the draft's (draft_round_time) and the target's K+1 rows."""
-    return self.draft_round_time + self.target_call_time
-
-  @property
-  def round_over_parts(self) -> float:
-    """A round replayed over its parts, timed in turn: above 1 by the round's tests and draws, which no part
-    has; well above, and the round runs other kernels than the ones c was timed on."""
-    return self.round_replay_time / self.round_parts_time
-
-  @property
-  def costs(self) -> Costs:
-    """The round's costs in units of t(1) (nan where t(1) was not timed): c, its first step, r and o."""
-    t1, K = self.token_call_time, self.mean_drafted
-    # prompt lookup has no first step of 2 rows: its drafts, found on the host outside the round's call, cost
-    # alike, so its round is K·c + r + o, o then all of the replayed round beyond the target's K+1 rows
-    first = self.draft_call_time if math.isnan(self.draft_first_time) else self.draft_first_time
-    return Costs(K, self.draft_call_time / t1, first / t1, self.target_call_time / t1,
-                 (self.round_replay_time - self.round_parts_time) / t1)
-
-  @property
-  def ms_per_token(self) -> float:
-    """Milliseconds a token after the prompt's prefill: the paper's Table 1 measure, as the speedup compares."""
-    return 1e3 * self.decode_time / max(self.new_tokens, 1)
-
-  @property
-  def tokens_per_second(self) -> float:
-    """Tokens a second after the prompt's prefill."""
-    return self.new_tokens / self.decode_time
-
-def expected_tokens_per_round(alpha: float, K: float) -> float:
-  """E = (1 - α^(K+1)) / (1 - α), the expected tokens a round emits when each draft is accepted with
-  probability α independently (Leviathan et al. 2022, Eq. 1). For a draft that proposes a varying number, K is
-  the mean proposed: an approximation, as the formula is not linear in K."""
-  return K + 1.0 if alpha >= 1 else (1 - alpha ** (K + 1)) / (1 - alpha)
-
-@dataclass(frozen=True)
-class Costs:
-  """A round's costs in units of t(1), the time of Algorithm 1's call (a token: the target's step of 1 row and
-  its draw). Leviathan et al. (2022) price a round at K·c + 1: K draft steps and one target call that costs as
-  much as one token. A round here also pays r for the target's K+1 rows, its first draft step of 2 rows
-  (first), and o for its own work: the tests, the draws, the read."""
-  K: float      # drafts a round (for prompt lookup, the mean proposed)
-  c: float      # a draft step of 1 row ÷ t(1): Leviathan et al.'s c
-  first: float  # the round's first draft step (x_{n-1} and x_n, 2 rows) ÷ t(1); c for prompt lookup
-  r: float      # the target's step of K+1 rows ÷ t(1): 1 in Leviathan et al.'s model
-  o: float      # the replayed round less its parts ÷ t(1): 0 in their model
-
-  @property
-  def round(self) -> float:
-    """A round's cost ÷ t(1): its draft steps, the target's K+1 rows, its own work."""
-    return self.first + (self.K - 1) * self.c + self.r + self.o
-
-def ideal_speedup(alpha: float, K: float, c: float) -> float:
-  """Leviathan et al.'s expected speedup E / (K·c + 1) (2022, Theorem 3.8): the target's K+1 rows priced as
-  one token and the round doing nothing else."""
-  return expected_tokens_per_round(alpha, K) / (K * c + 1)
-
-def predicted_speedup(alpha: float, costs: Costs) -> float:
-  """The expected speedup over Algorithm 1 from the measured costs: E tokens a round ÷ a round's cost in
-  tokens of Algorithm 1, E / (K·c + r + o) when the draft's steps cost alike."""
-  return expected_tokens_per_round(alpha, costs.K) / costs.round
-
-def break_even_alpha(costs: Costs) -> float | None:
-  """The α at which a round pays for itself (E(α, K) = its cost in t(1)): 0 where a round costs at most one
-  token's call, None where even K+1 tokens a round would not cover it."""
-  if costs.round <= 1:
-    return 0.0
-  if costs.round >= costs.K + 1:
-    return None
-  low, high = 0.0, 1.0  # E rises with α, from 1 at α = 0 to K+1 at α = 1
-  for _ in range(60):
-    mid = (low + high) / 2
-    low, high = (mid, high) if expected_tokens_per_round(mid, costs.K) < costs.round else (low, mid)
-  return (low + high) / 2
 
 # ***** whole generations *****
 
@@ -511,9 +404,7 @@ def stop_reason(x: list[int], n_prompt: int, max_new_tokens: int, n_ctx: int, eo
     return "end-of-text"
   return "the context" if len(x) >= n_ctx else ""
 
-
-Stream = Callable[[list[int], list[str]], None]  # called with each batch of new tokens and where
-                                                 # each came from
+Stream = Callable[[list[int], list[str]], None]  # called with each batch of new tokens and where each came from
 
 def prefill(model: GPT2, tokens: list[int], sampling: Sampling, rows: int) -> None:
   """Feed a prompt's tokens into model's KV cache, in compiled steps of `rows` rows (their results unread),
@@ -586,7 +477,7 @@ def speculative_sample(target: GPT2, draft: Draft, prompt_tokens: list[int], max
     new = [int(t) for t in out[:a + 1]]
     came_from = ["accepted"] * a + ["resampled" if a < k else "bonus" if k else "target"]
     stats.drafted, stats.accepted = stats.drafted + k, stats.accepted + a
-    stats.rejected += a < k
+    stats.rejected, stats.plain_rounds = stats.rejected + (a < k), stats.plain_rounds + (not k)
     # Never overshoot: stop at max_new_tokens, at the end of the context,
     # and at eos even inside an accepted run.
     new = new[:min(max_new_tokens - (n - n_prompt), n_ctx - n)]

@@ -2,9 +2,9 @@
 
 The tests check what is printed and written, never a timing value: the machine running them may be busy.
 """
-import json, pathlib, re, sqlite3, subprocess
+import json, math, pathlib, re, sqlite3, subprocess
 import pytest
-import speculative
+import costs
 from bench import row_costs
 from tiny import TOKENIZER_DIR, run_script, write_checkpoint
 
@@ -34,12 +34,16 @@ def test_sweep_prints_the_table_and_writes_plots_and_json(tmp_path):
   results = json.loads((tmp_path / "out" / "t1.json").read_text())
   assert [row["K"] for row in results["rows"]] == [1, 2] and results["bandwidth"] == 10e9
   for row in results["rows"]:  # the cost model's figures beside the measured speedup (the decode's)
-    assert {"c", "r", "o", "predicted", "predicted_ideal", "break_even_alpha", "speedup"} <= row.keys()
-    costs = row_costs(row)
-    assert row["predicted"] == pytest.approx(speculative.predicted_speedup(row["alpha"], costs))
+    assert {"c_first", "c", "r", "v", "predicted", "predicted_ideal", "break_even_alpha", "speedup"} <= row.keys()
+    priced = row_costs(row)  # the parts, each timed alone: the replayed round only checks them
+    assert row["predicted"] == pytest.approx(costs.predicted_speedup(row["alpha"], priced))
+    assert row["v"] == pytest.approx(row["work_ms"] / row["t1_ms"]) and "o" not in row
+    assert row["round_over_parts"] == pytest.approx(row["round_replay_ms"] / row["t1_ms"] / priced.round)
+    terms = row["measured_over_predicted_terms"]
+    assert math.prod(terms.values()) == pytest.approx(row["measured_over_predicted"])
     assert row["speedup"] == pytest.approx(row["alg1_ms_per_token"] / row["alg2_ms_per_token"])
     even = row["break_even_alpha"]
-    assert even is None or even == 0 or speculative.predicted_speedup(even, costs) == pytest.approx(1.0)
+    assert even is None or even == 0 or costs.predicted_speedup(even, priced) == pytest.approx(1.0)
   assert len(list((tmp_path / "out").glob("*.png"))) == 3
 
 @pytest.mark.slow

@@ -1,13 +1,14 @@
 """speculative.py: greedy equals Algorithm 1, a perfect draft is always accepted, the stopping rules hold, and
 the CLI works as a user runs it, with one clear sentence for bad input."""
-import os, re, signal, sqlite3, subprocess, sys, threading, time, types
+import ast, dataclasses, math, os, re, signal, sqlite3, subprocess, sys, threading, time, types
 import numpy as np, pytest
 from tinygrad import Tensor
 from tiny import REPO, TOKENIZER_DIR, run_script, write_checkpoint
 from weights import load_model
 from sampling import Sampling
-import compiled, reference, session, speculative
-from speculative import ModelDraft, NgramDraft, Stats, autoregressive_sample, random_bits, speculative_sample
+import compiled, costs, reference, session, speculative
+from costs import Stats
+from speculative import ModelDraft, NgramDraft, autoregressive_sample, random_bits, speculative_sample
 
 PROMPT = [5, 17, 2, 33]
 
@@ -108,6 +109,7 @@ def test_greedy_with_ngram_draft_equals_greedy_autoregressive(models):
   got, origins, stats = speculative_sample(target, NgramDraft(), prompt, 30, K=4, sampling=Sampling(0))
   assert got == expected
   assert {"accepted", "resampled", "target"} <= set(origins) and stats.drafted > 0
+  assert stats.plain_rounds == origins.count("target")  # a round that proposed nothing: one plain target step
 
 def test_acceptance_rate_counts_every_check(models, monkeypatch):
   """α̂ has one definition, Stats.acceptance_rate = accepted / checked drafts, counting every check that the
@@ -161,84 +163,199 @@ def test_time_calls_replays_the_calls_in_turn():
   assert len(times) == 2 and all(t > 0 for t in times)
   assert log == [("round", (7, 8))] * 2 + [("step", (9,))] * 2 + [("round", (7, 8)), ("step", (9,))] * 3
 
-def parts_timed(monkeypatch, target, draft, x: list[int], new_tokens: int) -> tuple[list, Stats]:
-  """The calls that session.time_parts times after a run of text x, and the Stats it fills in from times that
-  time_calls is made to return: 10 ms for the round, 1 ms for the draft's steps, 4 for the target's K+1 rows and
-  2 for Algorithm 1's call, t(1)."""
+def parts_timed(monkeypatch, target, draft, x: list[int], new_tokens: int,
+                round_ms: float = 10.0) -> tuple[list, Stats]:
+  """The calls that session.time_parts times after a run of text x (each as the compiled call it times), and
+  the Stats it fills in from times that time_calls is made to return: round_ms for the round, 4 ms for the
+  target's K+1 rows, 1 ms for each of the draft's steps, 1.5 for the round's own work and 2 for Algorithm 1's
+  call, t(1)."""
   seen, stats = [], Stats(new_tokens=new_tokens, rounds=1, drafted=4 * isinstance(draft, ModelDraft))
   def times(calls, reps):
     seen.extend(calls)
-    return [0.010, *[0.001] * (len(calls) - 3), 0.004, 0.002]
+    return [round_ms / 1e3, 0.004, *[0.001] * (len(calls) - 4), 0.0015, 0.002]
   monkeypatch.setattr(session, "time_calls", times)
   session.time_parts(target, draft, 4, Sampling(), stats, x)
-  return seen, stats
+  return [(c.call if isinstance(c, session.Read) else c, values) for c, values in seen], stats
 
 def test_time_parts_replays_a_round_its_parts_and_algorithm_1s_call_at_the_runs_middle(models, monkeypatch):
   """The round after the middle of the run's text (its last token repeated), its parts at the positions that
-  round runs them: the draft's first step (x_{n-1}, x_n at n-2), a later one (at n), the target's K+1 rows (at
-  n-1), and Algorithm 1's call at n-1, the cost model's unit t(1). Near the context's end the round still fits."""
+  round runs them: the target's K+1 rows (at n-1), the draft's first step (x_{n-1}, x_n at n-2), a later one (at
+  n) and the round's own work, then Algorithm 1's call at n-1, the cost model's unit t(1); the round, its own
+  work and Algorithm 1's call read on the host, as a run reads them. Near the context's end the round fits."""
   target, draft, _ = models
   x = list(range(30))
   calls, stats = parts_timed(monkeypatch, target, draft, x, new_tokens=10)
   r, n = x[:25] + [24], 26  # the last 10 // 2 tokens cut, the last token repeated
-  assert [c.name for c, _ in calls] == ["a round: 2-layer draft, 2-layer target, K=4", "2 layers, 2 rows",
-                                        "2 layers, 1 rows", "2 layers, 5 rows", "a token: 2-layer target"]
-  assert [v for _, v in calls] == [[n - 2, 1, r[-2], r[-1], 4, 0, 0, n - 1], [n - 2, r[-2], r[-1]],
-                                   [n, r[-1]], [n - 1, r[-1], 0, 0, 0, 0], [r[-1], 0, 0, n - 1]]
-  assert calls[1][0] is compiled.step(draft.model, 2, Sampling())
-  assert calls[3][0] is compiled.step(target, 5, Sampling())
-  assert calls[4][0] is speculative.token_step(target, Sampling())
+  assert [c.name for c, _ in calls] == ["a round: 2-layer draft, 2-layer target, K=4", "2 layers, 5 rows",
+                                        "2 layers, 2 rows", "2 layers, 1 rows",
+                                        "a round's own work: 2-layer draft, K=4", "a token: 2-layer target"]
+  assert [v for _, v in calls] == [[n - 2, 1, r[-2], r[-1], 4, 0, 0, n - 1], [n - 1, r[-1], 0, 0, 0, 0],
+                                   [n - 2, r[-2], r[-1]], [n, r[-1]], [1, 4, 0, 0], [r[-1], 0, 0, n - 1]]
+  assert calls[1][0] is compiled.step(target, 5, Sampling())
+  assert calls[2][0] is compiled.step(draft.model, 2, Sampling())
+  assert calls[4][0] is speculative.round_work(target, draft.model, 4)
+  assert calls[5][0] is speculative.token_step(target, Sampling())
   assert stats.round_replay_time == 0.010 and stats.draft_round_time == pytest.approx(0.004)
-  assert stats.target_call_time == 0.004 and stats.round_over_parts == pytest.approx(1.25)
-  # in t(1) = 2 ms: c = 1/2, its first step 1/2, r = 4/2, o = (10 - 8)/2; a round costs 10/2
-  assert stats.token_call_time == 0.002
-  assert stats.costs == pytest.approx(speculative.Costs(4, 0.5, 0.5, 2.0, 1.0)) and stats.costs.round == 5.0
+  assert stats.target_call_time == 0.004 and stats.work_time == 0.0015 and stats.token_call_time == 0.002
+  # in t(1) = 2 ms: c = 1/2, its first step 1/2, r = 4/2, v = 1.5/2; a round costs 9.5/2 by its parts, and its
+  # replay, 10 ms, is only the check
+  assert stats.costs == pytest.approx(costs.Costs(4, 0.5, 0.5, 2.0, 0.75)) and stats.costs.round == 4.75
+  assert stats.round_over_parts == pytest.approx(10 / 9.5)
   calls, _ = parts_timed(monkeypatch, target, draft, list(range(48)), new_tokens=2)  # a run that filled the context
-  assert calls[0][1][-1] == 46 and calls[2][1][0] == 47  # the round's n - 1 and the draft's later step, inside 48
+  assert calls[0][1][-1] == 46 and calls[3][1][0] == 47  # the round's n - 1 and the draft's later step, inside 48
+
+def test_time_parts_reads_the_round_its_own_work_and_algorithm_1s_call(models, monkeypatch):
+  """A run reads each round's numbers and each token: time_parts times those three with their read, and the
+  steps, whose results no run reads, without."""
+  target, draft, _ = models
+  seen = []
+  monkeypatch.setattr(session, "time_calls", lambda calls, reps: seen.extend(calls) or [0.001] * len(calls))
+  session.time_parts(target, draft, 4, Sampling(), Stats(new_tokens=4), list(range(20)))
+  assert [isinstance(c, session.Read) for c, _ in seen] == [True, False, False, False, True, True]
+
+def test_the_prediction_is_made_without_the_round(models, monkeypatch):
+  """predicted_speedup prices a round from its parts, each timed alone: a replayed round twice as slow changes
+  the check (round ÷ its parts) and leaves the prediction as it was; and it differs from E·t(1) ÷ the replayed
+  round, what the prediction was when it priced the round's own work as the replay less its parts."""
+  target, draft, _ = models
+  run = dict(new_tokens=40, rounds=16, drafted=64, accepted=30, rejected=10)
+  (_, one), (_, two) = [parts_timed(monkeypatch, target, draft, list(range(30)), 10, ms) for ms in (10, 20)]
+  for stats in (one, two):
+    stats.__dict__.update(run)
+  alpha = one.acceptance_rate
+  assert costs.predicted_speedup(alpha, one.costs) == costs.predicted_speedup(alpha, two.costs)
+  assert two.round_over_parts == pytest.approx(2 * one.round_over_parts)
+  from_replay = costs.expected_tokens_per_round(alpha, 4) * one.token_call_time / one.round_replay_time
+  assert costs.predicted_speedup(alpha, one.costs) == pytest.approx(from_replay * 10 / 9.5)
 
 def test_time_parts_without_the_baseline_leaves_t1_untimed(models, monkeypatch):
   """Without baseline (speculative.py without --compare) Algorithm 1's call is neither compiled nor timed."""
   target, draft, _ = models
   seen, stats = [], Stats(new_tokens=4)
-  monkeypatch.setattr(session, "time_calls", lambda calls, reps: seen.extend(calls) or [0.010, 0.001, 0.001, 0.004])
+  monkeypatch.setattr(session, "time_calls",
+                      lambda calls, reps: seen.extend(calls) or [0.010, 0.004, 0.001, 0.001, 0.0015])
   session.time_parts(target, draft, 4, Sampling(), stats, list(range(20)), baseline=False)
-  assert "a token" not in " ".join(c.name for c, _ in seen) and np.isnan(stats.token_call_time)
-  assert stats.target_call_time == 0.004 and np.isnan(stats.costs.r)
+  assert "a token" not in " ".join(getattr(c, "call", c).name for c, _ in seen) and np.isnan(stats.token_call_time)
+  assert stats.target_call_time == 0.004 and stats.work_time == 0.0015 and np.isnan(stats.costs.r)
 
 def test_time_parts_replays_prompt_lookups_round_where_nothing_repeats(models, monkeypatch):
   """Prompt lookup's round is timed even on text where nothing repeats (where a run would take a plain target
-  step): the repeated last token gives it a match. It has no steps of its own: its parts are the target's."""
+  step): the repeated last token gives it a match. It has no steps of its own: its parts are the target's K+1
+  rows and the round's own work, which binds the round's drafts; its lookups are priced from the run's."""
   target, _, _ = models
   calls, stats = parts_timed(monkeypatch, target, NgramDraft(), list(range(20)), new_tokens=0)
   assert [c.name for c, _ in calls] == ["a lookup round: 2-layer target, K=4", "2 layers, 5 rows",
-                                        "a token: 2-layer target"]
-  assert calls[0][1][:3] == [19, 19, 0] and stats.round_parts_time == 0.004  # x_n, the one draft x̃_1 = x_n
+                                        "a round's own work: prompt lookup, K=4", "a token: 2-layer target"]
+  assert calls[0][1][:3] == [19, 19, 0] and calls[2][1] == [19, 0, 0, 0, 1, 0, 0]  # x_n; the one draft x̃_1 = x_n
+  assert stats.round_parts_time == pytest.approx(0.0055) and stats.host_draft_time == 0
+
+def test_the_rounds_own_work_runs_the_rounds_kernels_without_the_models(models):
+  """round_work, compiled, launches only kernels that the round launches (by name), and fewer. With p and q
+  uniform a model draft's round accepts all k drafts; prompt lookup's one-hot p passes a test only with
+  probability q(x̃) = 1/V, and at this seed fails the first. It is among the target's calls, which the kernel
+  search (session.search_kernels) searches."""
+  target, draft, _ = models
+  for kind, model, sampling, values in ((draft, draft.model, Sampling(), [1, 3, 5, 6]),
+                                        (NgramDraft(), None, Sampling(0), [7, 8, 9, 10, 3, 5, 6])):
+    speculative_sample(target, kind, PROMPT * 3, 12, K=4, sampling=sampling, eos=None)  # compiles its round
+    work = speculative.round_work(target, model, 4)
+    result = [work.to_host(work(*values)).copy() for _ in range(3)][-1]  # run, capture, replay
+    whole = kind.round(target, PROMPT * 3, 4, 4, sampling)[0]
+    assert work.kernel_names() < whole.kernel_names() and work in compiled.calls(target)
+    assert result.shape == (4 + 3,) and result[-1] == 0 and result[-2] == (3 if model else 0)
 
 # ***** the cost model *****
 
-def test_leviathans_ideal_is_the_cost_model_at_r_1_and_o_0():
+def test_leviathans_ideal_is_the_cost_model_at_r_1_and_v_0():
   """E / (Kc + 1) is the cost model's prediction where the target's K+1 rows cost one token's call, the round
   costs nothing else and every draft step costs c; each extra cost lowers it."""
   for alpha, K, c in [(0.0, 1, 0.1), (0.5, 4, 0.05), (0.71, 3, 0.2), (0.95, 8, 0.0), (1.0, 4, 0.3)]:
-    ideal = speculative.ideal_speedup(alpha, K, c)
-    assert speculative.predicted_speedup(alpha, speculative.Costs(K, c, c, 1.0, 0.0)) == pytest.approx(ideal)
-    assert speculative.predicted_speedup(alpha, speculative.Costs(K, c, 2 * c + 0.1, 1.5, 0.2)) < ideal
-  assert speculative.expected_tokens_per_round(0.5, 2) == pytest.approx(1 + 0.5 + 0.25)  # 1 + α + α²
+    ideal = costs.ideal_speedup(alpha, K, c)
+    assert costs.predicted_speedup(alpha, costs.Costs(K, c, c, 1.0, 0.0)) == pytest.approx(ideal)
+    assert costs.predicted_speedup(alpha, costs.Costs(K, c, 2 * c + 0.1, 1.5, 0.2)) < ideal
+  assert costs.expected_tokens_per_round(0.5, 2) == pytest.approx(1 + 0.5 + 0.25)  # 1 + α + α²
 
-@pytest.mark.parametrize("K, c, first, r, o", [(4, 0.05, 0.08, 1.3, 0.1), (4, 0.24, 0.41, 2.13, 0.1),
+@pytest.mark.parametrize("K, c, first, r, v", [(4, 0.05, 0.08, 1.3, 0.1), (4, 0.24, 0.41, 2.13, 0.1),
                                                (1, 0.3, 0.3, 1.2, 0.0), (8, 0.1, 0.1, 3.0, 1.0)])
-def test_break_even_alpha_is_where_the_cost_model_gives_1x(K, c, first, r, o):
-  costs = speculative.Costs(K, c, first, r, o)
-  alpha = speculative.break_even_alpha(costs)
-  assert 0 < alpha < 1 and speculative.predicted_speedup(alpha, costs) == pytest.approx(1.0, abs=1e-9)
-  assert speculative.predicted_speedup(alpha - 0.01, costs) < 1 < speculative.predicted_speedup(alpha + 0.01, costs)
+def test_break_even_alpha_is_where_the_cost_model_gives_1x(K, c, first, r, v):
+  round_costs = costs.Costs(K, c, first, r, v)
+  alpha = costs.break_even_alpha(round_costs)
+  assert 0 < alpha < 1 and costs.predicted_speedup(alpha, round_costs) == pytest.approx(1.0, abs=1e-9)
+  assert costs.predicted_speedup(alpha - 0.01, round_costs) < 1 < costs.predicted_speedup(alpha + 0.01, round_costs)
 
 def test_break_even_alpha_at_the_edges():
   """0 where a round costs at most one token's call (any α pays); None where even K+1 tokens a round, every
   draft accepted, would not pay for it."""
-  assert speculative.break_even_alpha(speculative.Costs(4, 0.0, 0.0, 0.9, 0.1)) == 0.0
-  assert speculative.break_even_alpha(speculative.Costs(4, 0.5, 0.5, 3.0, 0.0)) is None  # a round: 5 = K+1
-  assert speculative.break_even_alpha(speculative.Costs(2, 0.9, 1.2, 2.5, 0.5)) is None
+  assert costs.break_even_alpha(costs.Costs(4, 0.0, 0.0, 0.9, 0.1)) == 0.0
+  assert costs.break_even_alpha(costs.Costs(4, 0.5, 0.5, 3.0, 0.0)) is None  # a round: 5 = K+1
+  assert costs.break_even_alpha(costs.Costs(2, 0.9, 1.2, 2.5, 0.5)) is None
+
+def project_imports(main_blocks: bool) -> dict[str, set[str]]:
+  """Which of the repository's modules each one imports (read from its source), with or without what its
+  `if __name__ == "__main__":` block imports."""
+  paths = {p.stem: p for p in [*REPO.glob("*.py"), *(REPO / "notebooks").glob("*.py")]}
+  graph = {}
+  for name, path in paths.items():
+    tree = ast.parse(path.read_text())
+    main = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test)
+            for n in ast.walk(node)} if not main_blocks else set()
+    found = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) and id(n) not in main
+             for a in n.names}
+    found |= {n.module.split(".")[0] for n in ast.walk(tree)
+              if isinstance(n, ast.ImportFrom) and n.module and id(n) not in main}
+    graph[name] = found & paths.keys()
+  return graph
+
+def circles(graph: dict[str, set[str]]) -> set[tuple[str, ...]]:
+  """Every import circle, each as the modules it passes through, from its first in sorted order."""
+  found = set()
+  def walk(path: list[str]) -> None:
+    for m in graph[path[-1]]:
+      if m in path:
+        circle = path[path.index(m):]
+        first = circle.index(min(circle))
+        found.add(tuple(circle[first:] + circle[:first]))
+      else:
+        walk(path + [m])
+  for name in graph:
+    walk([name])
+  return found
+
+def test_the_only_import_circle_is_the_command_lines():
+  """speculative.py's `__main__` block imports cli.py, which imports speculative (through session.py too): the
+  only circles. Without that block the modules import in one order; costs.py imports none of them."""
+  assert circles(project_imports(main_blocks=False)) == set()
+  assert circles(project_imports(main_blocks=True)) == {("cli", "speculative"), ("cli", "session", "speculative")}
+  assert project_imports(main_blocks=True)["costs"] == set()
+
+def test_measured_over_predicted_is_the_product_of_its_terms():
+  """Four terms, each 1 where its side of the prediction held, multiply to measured ÷ predicted; rounds that
+  emit fewer tokens in the same time move the tokens term alone."""
+  spec = Stats(new_tokens=60, rounds=20, drafted=80, accepted=45, rejected=15, decode_time=1.2,
+               draft_first_time=0.004, draft_call_time=0.003, draft_round_time=0.013, target_call_time=0.02,
+               work_time=0.005, round_replay_time=0.037, token_call_time=0.016)
+  base = Stats(new_tokens=60, rounds=60, decode_time=1.0)
+  for run in (spec, dataclasses.replace(spec, new_tokens=50)):
+    terms = costs.measured_over_predicted(run, base)
+    predicted = costs.predicted_speedup(run.acceptance_rate, run.costs)
+    assert math.prod(terms.values()) == pytest.approx(base.ms_per_token / run.ms_per_token / predicted)
+    assert terms["parts"] == pytest.approx(0.016 * run.costs.round / 0.037)  # by the parts ÷ the replay
+    assert terms["replay"] == pytest.approx(0.037 / (1.2 / 20)) and terms["baseline"] == pytest.approx(1 / 60 / 0.016)
+  assert terms["tokens"] == pytest.approx(2.5 / costs.expected_tokens_per_round(0.75, 4))
+
+def test_prompt_lookups_plain_rounds_cost_t1_for_one_token():
+  """A round where prompt lookup finds nothing is a plain target step, one token for t(1): the cost model mixes
+  such rounds in at their share, K counting the drafts of a round that drafts; all plain, it predicts 1x."""
+  stats = Stats(new_tokens=30, rounds=20, drafted=30, accepted=10, rejected=5, plain_rounds=5, propose_time=0.003,
+                draft_call_time=0.0001, target_call_time=0.02, work_time=0.002, token_call_time=0.01)
+  m, E = stats.costs, costs.expected_tokens_per_round(2 / 3, 2)
+  assert (m.K, m.plain, m.c, m.first) == pytest.approx((2, 0.25, 0.01, 0.01))
+  assert costs.predicted_speedup(2 / 3, m) == pytest.approx((0.75 * E + 0.25) / (0.75 * (0.02 + 2 + 0.2) + 0.25))
+  assert stats.host_draft_time == pytest.approx(2 * 0.0001)  # a drafting round's lookups: K·c, in seconds
+  alpha = costs.break_even_alpha(m)
+  assert costs.predicted_speedup(alpha, m) == pytest.approx(1.0)
+  everything_plain = dataclasses.replace(m, plain=1.0)
+  assert costs.predicted_speedup(0.5, everything_plain) == 1.0 and costs.break_even_alpha(everything_plain) == 0.0
 
 def test_the_speedup_compares_the_decode_not_the_prefill(models):
   """ms_per_token and tokens_per_second leave the prompt's prefill out: decode_time starts after it."""
@@ -329,8 +446,10 @@ def test_cli_prints_text_and_stats(gpt2_vocab_models):
   assert first.returncode == 0, first.stderr
   assert (first.stdout.startswith("Alan Turing theorized that") and "acceptance rate α̂" in first.stdout
           and "new tokens            12" in first.stdout)
-  assert re.search(r"round ÷ its parts     \d+\.\d\d \(replayed in turn after the run: a round \d+\.\d\d ms, "
-                   r"its parts \d+\.\d\d ms\)", first.stdout), first.stdout
+  assert re.search(r"round's own work      \d+\.\d\d ms \(its draws, tests and read, compiled and timed alone\)",
+                   first.stdout), first.stdout
+  assert re.search(r"round ÷ its parts     \d+\.\d\d \(the check, replayed in turn after the run: a round "
+                   r"\d+\.\d\d ms, its parts and own work \d+\.\d\d ms\)", first.stdout), first.stdout
   assert "not predicted: the cost model prices a round in t(1), Algorithm 1's call, which --compare times" \
     in first.stdout
   text = lambda out: out.split("\n\n---")[0]
@@ -343,15 +462,22 @@ def test_cli_compare_and_trace(gpt2_vocab_models):
             "--compare", "--trace", "-K", "3")
   assert out.returncode == 0, out.stderr
   assert "Algorithm 1 (auto-regressive)" in out.stdout and "\033[3" in out.stdout
-  # the cost model, credited, factor by factor from Leviathan et al.'s ideal to the prediction, beside the
-  # measured speedup and the break-even α
+  # the cost model, credited, factor by factor from Leviathan et al.'s ideal to the prediction from the parts,
+  # beside the measured speedup, where the two differ term by term, and the break-even α
   assert "cost model            Leviathan et al. (2022), in t(1) = " in out.stdout
-  for name in ["E", "c", "r", "o"]:
+  for name in ["E", "c", "r", "v"]:
     assert re.search(rf"^  {name} +\d+\.\d+ ", out.stdout, re.M), name
-  chain = re.findall(r"^  (ideal|with r|with first step|with o = predicted) +(\d+\.\d\d)x", out.stdout, re.M)
-  assert [name for name, _ in chain] == ["ideal", "with r", "with first step", "with o = predicted"]
+  chain = re.findall(r"^  (ideal|with r|with first step|with v = predicted) +(\d+\.\d\d)x", out.stdout, re.M)
+  assert [name for name, _ in chain] == ["ideal", "with r", "with first step", "with v = predicted"]
   measured = re.search(r"speedup +(\d+\.\d\d)x measured, (\d+\.\d\d)x predicted", out.stdout)
   assert measured and measured.group(2) == chain[-1][1]
+  ratio = re.search(r"^measured ÷ predicted  (\d+\.\d\d) = the product of these terms \(furthest from 1: "
+                    r"(tokens a round|parts ÷ round|replay ÷ run|Algorithm 1 ÷ t\(1\))\)", out.stdout, re.M)
+  terms = re.findall(r"^  (tokens a round|parts ÷ round|replay ÷ run|Algorithm 1 ÷ t\(1\)) +(\d+\.\d\d)  ",
+                     out.stdout, re.M)
+  assert ratio and [name for name, _ in terms] == ["tokens a round", "parts ÷ round", "replay ÷ run",
+                                                   "Algorithm 1 ÷ t(1)"]
+  assert float(ratio.group(1)) == pytest.approx(math.prod(float(x) for _, x in terms), abs=0.03)
   assert re.search(r"break-even α +(\d\.\d\d|none at this K) ", out.stdout)
 
 @pytest.mark.slow
