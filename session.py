@@ -151,14 +151,16 @@ def heartbeat(status: Callable[[], str], every: float = 8.0) -> Iterator[None]:
 
 def warm_up(target: GPT2, draft: Draft, prompt: list[int], K: int, sampling: Sampling, seed: int) -> None:
   """Compile every call Algorithm 2 makes, so that the timed run replays them all: the prompt's steps of K+1
-  rows and the round, by a short run, twice (the first compiles, the second captures), and a round on a
-  one-token prompt, where a draft may propose nothing (prompt lookup then takes a plain target step)."""
+  rows and the round, by a short run, twice (the first compiles, the second captures); a round on a one-token
+  prompt, where a draft may propose nothing (prompt lookup then takes a plain target step); and one on a token
+  repeated, where prompt lookup finds a match and drafts (the short run may find none)."""
   print(f"warming up on {Device.DEFAULT}: compiling kernels...", file=sys.stderr)
   done = []
   with heartbeat(lambda: f"compiling Algorithm 2: {len(done)} of 2 warm-up runs done"):
     for _ in range(2):
       speculative_sample(target, draft, prompt, 2 * K + 2, K=K, sampling=sampling, seed=seed, eos=None)
       speculative_sample(target, draft, [0], 1, K=K, sampling=sampling, seed=seed, eos=None)
+      speculative_sample(target, draft, [0, 0], 1, K=K, sampling=sampling, seed=seed, eos=None)
       done.append(1)
   settle()
   if any(not c.searched and c.width for c in calls(target, *draft.models)):

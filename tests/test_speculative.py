@@ -148,6 +148,19 @@ def test_one_compiled_call_per_round(models):
   _, base = autoregressive_sample(target, PROMPT, 7, eos=None)
   assert base.compiled_calls == base.rounds == 7
 
+def test_the_warm_up_captures_every_call_a_lookup_run_makes(models, monkeypatch):
+  """session.warm_up leaves no compile for the timed run: with prompt lookup whose warm-up text never repeats
+  (its lookup finding nothing there but in a token repeated), the plain target step and the lookup round are
+  both compiled and captured (a compile inside bench.py's timed run once cost a lookup run 4.5 s)."""
+  target = models[0]
+  monkeypatch.setattr(target, "calls", {})
+  lookup = NgramDraft.propose
+  monkeypatch.setattr(NgramDraft, "propose", lambda self, x, k: lookup(self, x, k) if len(x) == 2 else [])
+  session.warm_up(target, NgramDraft(), list(range(10)), 3, Sampling(), 0)
+  kinds = {key[0] for key in target.calls}
+  assert {speculative.lookup_round, speculative.token_step} <= kinds, kinds
+  assert all(call.jit.cnt >= 2 for call in target.calls.values()), {k: c.jit.cnt for k, c in target.calls.items()}
+
 def test_time_calls_replays_the_calls_in_turn():
   """Each call is compiled first (two calls), then all are replayed in turn, reps times, with their values: a
   slow spell of the machine falls on every one alike."""
