@@ -71,9 +71,10 @@ def order_key(x: Tensor) -> Tensor:
 # 2% and 4 (8 passes of 15 candidates) 7% slower; at gpt2's shape the three were within 1%.
 STEP = 3
 
-def largest_reaching(key: Tensor, target: int, bits: int, weight: Tensor | None = None) -> Tensor:
+def largest_reaching(key: Tensor, target: int | Tensor, bits: int, weight: Tensor | None = None) -> Tensor:
   """Per row of key (..., V), uint32 below 2**bits, the largest t whose keys >= t weigh at least target
-  (weight: integers, one per key; None counts the keys), or 0 if no t does. That t is a key, the cut-off: with
+  (weight: integers, one per key; None counts the keys), or 0 if no t does. target is an int, or a Tensor of
+  shape (n, ..., 1) for n targets at once (the result then (n, ..., 1)). That t is a key, the cut-off: with
   the keys counted and target k, the k-th largest key (ties counted); with probability masses and target p,
   the least likely key that the mass from the top needs to reach p.
 
