@@ -13,15 +13,11 @@ import pytest
 
 os.environ["BEAM"] = "0"  # read by compiled.py (and tinygrad) on import, and inherited by the CLI runs that tests start
 
-from tinygrad.helpers import DEV, PARALLEL  # noqa: E402  (after BEAM is set)
+from tinygrad.helpers import DEV  # noqa: E402  (after BEAM is set)
 from session import host_cpu_instead  # noqa: E402
 
 if host_cpu_instead():
   DEV.value = os.environ["DEV"] = "CPU"
-if os.environ.get("PYTEST_XDIST_WORKER"):
-  # a worker a core: it compiles its kernels itself, not through a pool of processes of its own, which
-  # oversubscribes the cores and restarts its processes (each importing tinygrad again) every 16 kernels
-  PARALLEL.value = 0
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which turns -n auto into a number of workers
 def pytest_cmdline_main(config: pytest.Config) -> None:
