@@ -66,9 +66,9 @@ class Stats:
 
   @property
   def mean_drafted(self) -> float:
-    """Drafts proposed per round: K for a model draft (fewer only at the context's end),
-    up to K for an n-gram draft."""
-    return self.drafted / max(self.rounds, 1)
+    """Drafts proposed per round that drafts (the cost model's K): K for a model draft (fewer only at the
+    context's end), up to K for prompt lookup, whose rounds that find nothing are plain target steps."""
+    return self.drafted / max(self.rounds - self.plain_rounds, 1)
 
   @property
   def plain_share(self) -> float:
@@ -97,14 +97,13 @@ class Stats:
   def host_draft_time(self) -> float:
     """Seconds a round that drafts spends on the host, outside its call, finding its drafts: prompt lookup's
     lookups (those of the rounds that found nothing too); 0 for a model draft."""
-    drafting = max(self.rounds - self.plain_rounds, 1)
-    return self.drafted / drafting * self.draft_call_time if math.isnan(self.draft_first_time) else 0.0
+    return self.mean_drafted * self.draft_call_time if math.isnan(self.draft_first_time) else 0.0
 
   @property
   def costs(self) -> Costs:
     """The round's costs in units of t(1) (nan where t(1) was not timed): c, its first step, r and v, and the
     share of plain rounds."""
-    t1, K = self.token_call_time, self.drafted / max(self.rounds - self.plain_rounds, 1)
+    t1, K = self.token_call_time, self.mean_drafted
     # prompt lookup has no first step of 2 rows: its drafts, found on the host outside the round's call, cost
     # alike (a share of its lookups), so its round is K·c + r + v
     first = self.draft_call_time if math.isnan(self.draft_first_time) else self.draft_first_time
