@@ -12,6 +12,10 @@ import os
 import pytest
 
 os.environ["BEAM"] = "0"  # read by compiled.py (and tinygrad) on import, and inherited by the CLI runs that tests start
+# Each process compiles its kernels itself, not through tinygrad's pool of compiling processes: the suite already
+# runs a worker a core (below), and the pool, one more process a worker, restarts every 16 kernels, importing
+# tinygrad again (tests/test_distribution.py on this project's 2 cores: 146 s with the pool, 127 s without).
+os.environ["PARALLEL"] = "0"
 
 from tinygrad.helpers import DEV  # noqa: E402  (after BEAM is set)
 from session import host_cpu_instead  # noqa: E402

@@ -8,15 +8,12 @@ from tinygrad.codegen import to_program_cache
 from tinygrad.helpers import GlobalCounters
 from tiny import hub_tensors, write_checkpoint
 import compiled, gpt2
-from compiled import PREFILL_ROWS, calls, step
+from compiled import PREFILL_ROWS, calls, logits, step
 from sampling import Sampling
 from weights import load_model
 
 NEEDS_HF = ("the comparison with Hugging Face transformers needs torch and transformers: "
             "see requirements-hf.txt")
-
-def logits(model, tokens: list[int], start_pos: int) -> np.ndarray:
-  return compiled.logits(model, tokens, start_pos)
 
 def test_the_docstrings_usage_lines_run_as_written():
   """The indented lines at the top of gpt2.py, run as a reader pastes them, give what they say: forward's
@@ -73,8 +70,9 @@ def tiny_pair(tmp_path_factory):
   return load_model(str(folder)), load_model(str(folder))
 
 def test_cache_is_exact(tiny_pair):
-  """Decode token by token, score blocks of K+1, roll back to random earlier positions: every logit matches a
-  full recompute."""
+  """Decode token by token, score blocks of K+1 (in a step of 8 rows, whose padding rows write the cache past
+  them), roll back as a rejection does (keeping some of a block, or none) and, now and then, to any earlier
+  position: every logit matches a full recompute, up to the context's last positions."""
   model, ref = tiny_pair
   rng = np.random.default_rng(0)
   for _ in range(3):
@@ -85,7 +83,9 @@ def test_cache_is_exact(tiny_pair):
     while n < 80:
       T = int(rng.choice([1, 3, 5]))  # a decode step, or K+1 with K = 2, 4
       assert np.abs(logits(model, seq[n:n + T], n) - full[n:n + T]).max() <= 1e-4
-      n = n + T if rng.random() < 0.7 else int(rng.integers(1, n + T))  # keep all, or roll back
+      u = rng.random()  # keep all; keep some or none of the block (a rejection); or roll back anywhere
+      back_to = 1 if u > 0.95 else max(1, n + T - 6)
+      n = n + T if u < 0.7 else int(rng.integers(back_to, n + T))
 
 def test_blocks_called_alone_are_causal(tiny_pair):
   """Notebook 02 runs the blocks one by one, passing no mask: each makes its own, and the logits are the model's."""

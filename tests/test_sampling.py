@@ -106,11 +106,13 @@ def test_a_draw_returns_the_inverse_cdfs_token_on_either_side_of_every_edge(V):
   """Given the same weights and random bits, the draw returns the token of the module docstring's inverse CDF
   on integer counts, exactly: the first whose running sum passes u, at both sides of every token's last count,
   with zero-weight tokens at the first, last and a block's edge (vocabularies that are and are not whole
-  blocks of 256). A control, the same CDF read one count off (the first running sum at least u), gives other
-  tokens on these rows."""
+  blocks of 256). Half the tokens weigh nothing; at GPT-2's 50257 all but about 1000 (two rows each), whole
+  blocks among them. A control, the same CDF read one count off (the first running sum at least u), gives
+  other tokens on these rows."""
   rng = np.random.default_rng(V)
-  weights = rng.integers(0, max(2, 2**22 // V), V) * (rng.random(V) < 0.5)
+  weights = rng.integers(0, max(2, 2**22 // V), V) * (rng.random(V) < min(0.5, 1000 / V))
   weights[[0, -1, min(255, V - 1)]] = 0
+  weights[512:1280] = 0  # blocks 2 to 4 empty, where there are such blocks
   weights[V // 2] += 2**int(weights.sum()).bit_length() - weights.sum()  # the total a power of two
   assert weights.sum() == 2**(int(weights.sum()).bit_length() - 1) <= 2**24
   cdf, us, bits = edge_rows(weights)
