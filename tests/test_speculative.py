@@ -14,12 +14,12 @@ PROMPT = [5, 17, 2, 33]
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-  """A target, a draft that often agrees with it (the same weights, scaled), and a second copy of the
-  target."""
+  """A 2-layer target, a 1-layer draft that often agrees with it (the target's weights, scaled, less its second
+  layer), and a second copy of the target."""
   root = tmp_path_factory.mktemp("models")
   target = write_checkpoint(root / "target", n_layer=2, n_head=2, n_embd=32, vocab_size=64, n_ctx=48, seed=1,
                             std=0.3)
-  draft = write_checkpoint(root / "draft", n_layer=2, n_head=2, n_embd=32, vocab_size=64, n_ctx=48, seed=1,
+  draft = write_checkpoint(root / "draft", n_layer=1, n_head=2, n_embd=32, vocab_size=64, n_ctx=48, seed=1,
                            std=0.2)
   return load_model(str(target)), ModelDraft(load_model(str(draft))), ModelDraft(load_model(str(target)))
 
@@ -200,9 +200,9 @@ def test_time_parts_replays_a_round_its_parts_and_algorithm_1s_call_at_the_runs_
   x = list(range(30))
   calls, stats = parts_timed(monkeypatch, target, draft, x, new_tokens=10)
   r, n = x[:25] + [24], 26  # the last 10 // 2 tokens cut, the last token repeated
-  assert [c.name for c, _ in calls] == ["a round: 2-layer draft, 2-layer target, K=4", "2 layers, 5 rows",
-                                        "2 layers, 2 rows", "2 layers, 1 rows",
-                                        "a round's own work: 2-layer draft, K=4", "a token: 2-layer target"]
+  assert [c.name for c, _ in calls] == ["a round: 1-layer draft, 2-layer target, K=4", "2 layers, 5 rows",
+                                        "1 layers, 2 rows", "1 layers, 1 rows",
+                                        "a round's own work: 1-layer draft, K=4", "a token: 2-layer target"]
   assert [v for _, v in calls] == [[n - 2, 1, r[-2], r[-1], 4, 0, 0, n - 1], [n - 1, r[-1], 0, 0, 0, 0],
                                    [n - 2, r[-2], r[-1]], [n, r[-1]], [1, 4, 0, 0], [r[-1], 0, 0, n - 1]]
   assert calls[1][0] is compiled.step(target, 5, Sampling())
@@ -430,8 +430,9 @@ def test_nan_probabilities_end_the_run_with_one_sentence(tmp_path):
   target = load_model(str(write_checkpoint(tmp_path / "target", **shape)))
   draft = ModelDraft(load_model(str(write_checkpoint(tmp_path / "draft", seed=3, **shape))))
   target.ln_f.bias.assign(Tensor.full(target.ln_f.bias.shape, float("nan"))).realize()
-  for run in (lambda: speculative_sample(target, draft, [1, 2], 4, K=2),
-              lambda: autoregressive_sample(target, [1, 2], 4)):
+  # a one-token prompt and K = 1: the fewest compiled calls (no prefill), on models of their own
+  for run in (lambda: speculative_sample(target, draft, [1], 4, K=1),
+              lambda: autoregressive_sample(target, [1], 4)):
     with pytest.raises(FloatingPointError, match="NaN or infinite probabilities: its weights may be corrupt"):
       run()
 
