@@ -60,7 +60,7 @@ PROMPTS = [
 # dtypes and K). The measured costs are also priced at this α.
 ALPHA_REAL = 0.71
 SCORING_T = range(1, 9)  # --scoring times one call of each of these many tokens
-SCORING_REPS = 7         # and takes the median of this many calls, after the two that compile and capture
+SCORING_REPS = 7         # and takes the median of this many calls, after the one that compiles and captures
 
 # ***** models and prompts *****
 
@@ -178,8 +178,8 @@ def scoring_cost(model: GPT2, lengths: range, reps: int, sampling: Sampling,
   On the CPU backend the kernels run inside the call, so there the host part includes them.
   """
   times: dict[int, list[tuple[float, float]]] = {T: [] for T in lengths}
-  for r in tqdm(range(reps + 2), desc="scoring (rounds over T)"):
-    if r == 2 and search:
+  for r in tqdm(range(reps + 1), desc="scoring (rounds over T)"):
+    if r == 1 and search:
       search_kernels(calls(model), math.inf)
     for T in lengths:  # T interleaved, so that a change of load on the machine touches every T alike
       start = time.perf_counter()
@@ -187,7 +187,7 @@ def scoring_cost(model: GPT2, lengths: range, reps: int, sampling: Sampling,
       out = call(PROMPT_LEN + r, *[0] * T)
       returned = time.perf_counter()
       call.to_host(out).copy().astype(np.float64)  # as compiled.logits and reference.next_probs read it
-      if r >= 2:  # the first two calls of a shape compile it and capture its compiled step
+      if r >= 1:  # the first call of a shape compiles and captures its compiled step
         times[T].append((time.perf_counter() - start, returned - start))
   median = statistics.median
   return {T: (median(t for t, _ in pairs), median(h for _, h in pairs)) for T, pairs in times.items()}
@@ -206,7 +206,7 @@ def step_cost(model: GPT2, rows: int, sampling: Sampling) -> tuple[int, float]:
   call = step(model, rows, sampling)
   with Context(JIT=2):
     alone = Compiled(call.name, call.signature, call.width, call.build)
-    for _ in range(3):  # compile, capture, then count one replay
+    for _ in range(2):  # compile and capture, then count one replay
       GlobalCounters.reset()
       alone(PROMPT_LEN, *[0] * rows)
   return GlobalCounters.kernel_count, GlobalCounters.global_mem / model_bytes(model)

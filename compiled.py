@@ -81,8 +81,8 @@ def symbolic_ids(ids: tuple[UOp, ...]) -> Tensor:
   return Tensor.cat(*[Tensor.full((1,), i, dtype=dtypes.int32) for i in ids])
 
 class Compiled:
-  """A function of Variables compiled by TinyJit (its first two calls run, then capture it); every later call
-  replays its kernels. build(searched) gives the function and its Variables. Its kernels are tinygrad's default
+  """A function of Variables compiled by TinyJit, which captures it on its first call; every later call replays
+  its kernels. build(searched) gives the function and its Variables. Its kernels are tinygrad's default
   ones until search() has searched them on this machine, which is remembered on disk under its signature, so
   that later processes compile them searched at once. width: how wide a search is (0: none)."""
   def __init__(self, name: str, signature: str, width: int,
@@ -94,7 +94,13 @@ class Compiled:
 
   def compile(self) -> tuple[TinyJit, list[UOp]]:
     fn, variables = self.build(self.searched)
-    return TinyJit(fn), variables
+    jit = TinyJit(fn)
+    # capture on the first call: TinyJit's own first call runs fn eagerly, for work that is done once (weights
+    # not yet on the device), which is done before any call (load_model realizes the weights, kept() prepares
+    # the caches and norms); that run would build, schedule and run the whole graph once more (an eighth of a
+    # round's compile on this project's CPU)
+    jit.cnt = 1
+    return jit, variables
 
   def __call__(self, *values: int) -> Tensor:
     """Run or replay it with its Variables bound to values (missing ones 0): its result, on the device."""
@@ -119,8 +125,7 @@ class Compiled:
     self.searched = True
     self.jit, self.variables = self.compile()
     with Context(BEAM=self.width):
-      for _ in range(2):  # run, then capture: both compile
-        self()
+      self()  # compiles, searching, and captures
     diskcache_put("tinyspec_searched", self.signature, True)
 
 # ***** a model's compiled calls *****
@@ -206,7 +211,7 @@ def time_calls(calls: list[tuple[Compiled, list[int]]], reps: int) -> list[float
   them alike and their ratios hold. What c, t(K+1)/t(1) and a round over its parts are computed from, since a
   fused round cannot time its parts."""
   for call, values in calls:
-    while call.jit.cnt < 2:  # the first two calls compile and capture
+    while call.jit.cnt < 2:  # not captured yet: its first call compiles and captures it
       call(*values)
   times: list[list[float]] = [[] for _ in calls]
   for _ in range(reps):

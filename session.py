@@ -150,17 +150,15 @@ def heartbeat(status: Callable[[], str], every: float = 8.0) -> Iterator[None]:
     thread.join()
 
 def warm_up(target: GPT2, draft: Draft, prompt: list[int], K: int, sampling: Sampling, seed: int) -> None:
-  """Compile every call Algorithm 2 makes, so that the timed run replays them all: the prompt's steps of K+1
-  rows and the round, by a short run, twice (the first compiles, the second captures); a round on a one-token
+  """Compile every call Algorithm 2 makes (each compiled and captured by its first call), so that the timed run
+  replays them all: the prompt's steps of K+1 rows and the round, by a short run; a round on a one-token
   prompt, where a draft may propose nothing (prompt lookup then takes a plain target step); and one on a token
   repeated, where prompt lookup finds a match and drafts (the short run may find none)."""
   print(f"warming up on {Device.DEFAULT}: compiling kernels...", file=sys.stderr)
   done = []
-  with heartbeat(lambda: f"compiling Algorithm 2: {len(done)} of 2 warm-up runs done"):
-    for _ in range(2):
-      speculative_sample(target, draft, prompt, 2 * K + 2, K=K, sampling=sampling, seed=seed, eos=None)
-      speculative_sample(target, draft, [0], 1, K=K, sampling=sampling, seed=seed, eos=None)
-      speculative_sample(target, draft, [0, 0], 1, K=K, sampling=sampling, seed=seed, eos=None)
+  with heartbeat(lambda: f"compiling Algorithm 2: {len(done)} of 3 warm-up runs done"):
+    for prompt_tokens, new_tokens in ((prompt, 2 * K + 2), ([0], 1), ([0, 0], 1)):
+      speculative_sample(target, draft, prompt_tokens, new_tokens, K=K, sampling=sampling, seed=seed, eos=None)
       done.append(1)
   settle()
   if any(not c.searched and c.width for c in calls(target, *draft.models)):
@@ -171,8 +169,7 @@ def warm_up(target: GPT2, draft: Draft, prompt: list[int], K: int, sampling: Sam
 def warm_up_baseline(target: GPT2, prompt: list[int], K: int, sampling: Sampling, seed: int) -> None:
   """Compile Algorithm 1's calls: the prompt's steps of K+1 rows (Algorithm 2's too) and its token step."""
   with heartbeat(lambda: "compiling Algorithm 1's step"):
-    for _ in range(2):
-      autoregressive_sample(target, prompt, 2, rows=K + 1, sampling=sampling, seed=seed, eos=None)
+    autoregressive_sample(target, prompt, 2, rows=K + 1, sampling=sampling, seed=seed, eos=None)
   settle()
 
 def settle() -> None:

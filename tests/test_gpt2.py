@@ -112,7 +112,7 @@ def test_steady_state_compiles_nothing(tiny_pair):
   assert len(to_program_cache) == compiled
 
 def test_steady_state_schedules_nothing(tiny_pair, monkeypatch):
-  """After its first two calls, a compiled step takes its ids and start_pos as bound Variables: no tensor is
+  """After its first call, a compiled step takes its ids and start_pos as bound Variables: no tensor is
   built and scheduled per call (that host work cost more than the kernels), only the replay."""
   model, _ = tiny_pair
   for pos in (10, 11):
