@@ -293,9 +293,11 @@ def save_model(model: GPT2, folder: str | pathlib.Path, dtype: DType = dtypes.fl
             "n_layer": cfg.n_layer, "n_head": cfg.n_head, "n_embd": cfg.n_embd, "vocab_size": cfg.vocab_size,
             "n_positions": cfg.n_ctx, "n_ctx": cfg.n_ctx, "layer_norm_epsilon": cfg.norm_eps}
   (folder / "config.json").write_text(json.dumps(config, indent=2))
-  # the KV caches are state, not weights; the Conv1D weights go back to (in, out)
+  # the weights alone: not the KV caches (state), nor model.calls (the results its compiled calls hold); the
+  # Conv1D weights go back to (in, out)
+  parts = {"wte": model.wte, "wpe": model.wpe, "h": model.h, "ln_f": model.ln_f}
   state = {k: (v.T if k.endswith(CONV1D) else v).cast(dtype).contiguous()
-           for k, v in get_state_dict(model).items() if not k.endswith("cache_kv")}
+           for k, v in get_state_dict(parts).items() if not k.endswith("cache_kv")}
   with Context(BEAM=0):  # as in load_model
     safe_save(state, str(folder / "model.safetensors"))
   return folder
