@@ -74,10 +74,10 @@ def cost_report(spec: Stats, base: Stats | None, K: int) -> str:
             f" in the {1 - m.plain:.0%} of rounds that draft (prompt lookup drafts a varying number: approximate)"
             * lookup)]
   t1, round_ms = 1e3 * spec.token_call_time, 1e3 * spec.decode_time / spec.rounds
-  alone, priced = 1e3 * (spec.round_replay_time + spec.host_draft_time), m.round * t1
+  alone, priced = 1e3 * spec.round_alone_time, m.round * t1
   why = [("tokens a round", "tokens", f"{spec.tokens_per_target_call:.2f} measured ÷ {m.tokens(a):.2f} expected"),
          ("parts ÷ round", "parts", f"a round priced by its parts, {priced:.2f} ms ÷ the round replayed alone, "
-          f"{alone:.2f} ms" + " (each with its lookups)" * lookup),
+          f"{alone:.2f} ms" + " (each with its lookups, and plain rounds at t(1))" * lookup),
          ("replay ÷ run", "replay", f"the round replayed ÷ a round of the run, {round_ms:.2f} ms (its host loop "
           "included)"),
          ("Algorithm 1 ÷ t(1)", "baseline", f"Algorithm 1's run, {base.ms_per_token:.2f} ms a token ÷ t(1), its "

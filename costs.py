@@ -100,6 +100,13 @@ class Stats:
     return self.mean_drafted * self.draft_call_time if math.isnan(self.draft_first_time) else 0.0
 
   @property
+  def round_alone_time(self) -> float:
+    """Seconds of an average round of the run, each replayed alone: a round that drafts, its lookups on the host
+    added (prompt lookup), and a plain round (prompt lookup's misses) at t(1), in the share the run had them."""
+    plain = self.plain_share
+    return (1 - plain) * (self.round_replay_time + self.host_draft_time) + plain * self.token_call_time
+
+  @property
   def costs(self) -> Costs:
     """The round's costs in units of t(1) (nan where t(1) was not timed): c, its first step, r and v, and the
     share of plain rounds."""
@@ -187,8 +194,7 @@ def measured_over_predicted(spec: Stats, base: Stats) -> dict[str, float]:
   plain rounds priced at t(1) in both);
   replay: the round replayed ÷ a round of the run (its host loop included);
   baseline: Algorithm 1's run, a token ÷ t(1), its call timed alone."""
-  m, t1 = spec.costs, spec.token_call_time
-  alone = (1 - m.plain) * (spec.round_replay_time + spec.host_draft_time) + m.plain * t1  # seconds, a round
+  m, t1, alone = spec.costs, spec.token_call_time, spec.round_alone_time
   return {"tokens": spec.tokens_per_target_call / m.tokens(spec.acceptance_rate),
           "parts": m.round * t1 / alone, "replay": alone / (spec.decode_time / spec.rounds),
           "baseline": (base.decode_time / base.new_tokens) / spec.token_call_time}

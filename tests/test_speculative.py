@@ -366,6 +366,12 @@ def test_prompt_lookups_plain_rounds_cost_t1_for_one_token():
   assert (m.K, m.plain, m.c, m.first) == pytest.approx((2, 0.25, 0.01, 0.01))
   assert costs.predicted_speedup(2 / 3, m) == pytest.approx((0.75 * E + 0.25) / (0.75 * (0.02 + 2 + 0.2) + 0.25))
   assert stats.host_draft_time == pytest.approx(2 * 0.0001)  # a drafting round's lookups: K·c, in seconds
+  # a round replayed alone, as the parts term divides by it and the command line prints it: a drafting round
+  # with its lookups, a plain round at t(1)
+  replayed = dataclasses.replace(stats, round_replay_time=0.03, decode_time=0.5)
+  assert replayed.round_alone_time == pytest.approx(0.75 * (0.03 + 2 * 0.0001) + 0.25 * 0.01)
+  terms = costs.measured_over_predicted(replayed, Stats(new_tokens=30, rounds=30, decode_time=0.3))
+  assert terms["parts"] == pytest.approx(m.round * 0.01 / replayed.round_alone_time)
   alpha = costs.break_even_alpha(m)
   assert costs.predicted_speedup(alpha, m) == pytest.approx(1.0)
   everything_plain = dataclasses.replace(m, plain=1.0)
