@@ -29,7 +29,6 @@ import numpy as np
 import tiktoken
 from tinygrad import Context, Device, Tensor, TinyJit, dtypes
 from tinygrad.helpers import GlobalCounters, tqdm
-from tinygrad.nn.state import get_parameters
 from compiled import Compiled, calls, searching, step
 from costs import Costs, Stats, break_even_alpha, expected_tokens_per_round, measured_over_predicted
 from costs import predicted_speedup
@@ -38,7 +37,7 @@ from sampling import Sampling
 from session import check, load_draft, load_target, main, options, search_kernels, time_parts, warm_up
 from session import warm_up_baseline
 from speculative import Draft, autoregressive_sample, choose_draft, speculative_sample
-from weights import LoadError, checkpoint_dir, load_tokenizer, save_model
+from weights import LoadError, checkpoint_dir, load_tokenizer, save_model, weights_of
 
 GPT2_VOCAB = 50257
 PROMPT_LEN = 8  # built-in prompts are cut to this many tokens: all runs compile and replay the same kernels
@@ -193,11 +192,9 @@ def scoring_cost(model: GPT2, lengths: range, reps: int, sampling: Sampling,
   return {T: (median(t for t, _ in pairs), median(h for _, h in pairs)) for T, pairs in times.items()}
 
 def model_bytes(model: GPT2) -> int:
-  """The bytes of the model's weights, which one call reads at least once: not its KV caches, nor the results
-  that its compiled steps keep (get_parameters(model) would find those too)."""
-  caches = {id(block.attn.cache_kv) for block in model.h}
-  weights = get_parameters([model.wte, model.wpe, model.h, model.ln_f])
-  return sum(p.nbytes() for p in weights if id(p) not in caches)
+  """The bytes of the model's weights (weights_of: not its KV caches, nor its compiled calls' results), which one
+  call reads at least once."""
+  return sum(w.nbytes() for w in weights_of(model).values())
 
 def step_cost(model: GPT2, rows: int, sampling: Sampling) -> tuple[int, float]:
   """The kernels of one compiled step of `rows` rows (with its Sampling head, at position PROMPT_LEN), and the

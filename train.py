@@ -33,10 +33,10 @@ from collections import Counter
 from dataclasses import dataclass, replace
 import numpy as np
 from tinygrad import Context, Tensor, TinyJit, dtypes
-from tinygrad.nn.state import get_state_dict, load_state_dict
+from tinygrad.nn.state import load_state_dict
 from gpt2 import GPT2, GPT2Config
 from sampling import Sampling
-from weights import hf_to_tinyspec, load_tokenizer, save_model
+from weights import hf_to_tinyspec, load_tokenizer, save_model, weights_of
 
 ROOT = pathlib.Path(__file__).resolve().parent
 OFF = 1000.0  # every token the corpus never uses gets the logit -OFF: see expand
@@ -448,8 +448,7 @@ def expand(model: GPT2, used: np.ndarray) -> GPT2:
   wte = np.zeros((50257, cfg.n_embd), np.float32)
   wte[:, -1] = -OFF
   wte[used] = model.wte.weight.numpy()[:len(used)]
-  state = get_state_dict(model) | {"wte.weight": Tensor(wte)}
-  load_state_dict(full, {k: v for k, v in state.items() if not k.endswith("cache_kv")}, verbose=False)
+  load_state_dict(full, weights_of(model) | {"wte.weight": Tensor(wte)}, verbose=False)
   return full
 
 def restrict(model: GPT2, used: np.ndarray) -> GPT2:
@@ -458,8 +457,8 @@ def restrict(model: GPT2, used: np.ndarray) -> GPT2:
   cfg = model.config
   other = int(np.setdiff1d(np.arange(len(used) + 1), used)[0])  # a token not in used: its row is OTHER's
   small = GPT2(GPT2Config(cfg.n_layer, cfg.n_head, cfg.n_embd, len(used) + 1, cfg.n_ctx))
-  state = get_state_dict(model) | {"wte.weight": Tensor(model.wte.weight.numpy()[[*used, other]])}
-  load_state_dict(small, {k: v for k, v in state.items() if not k.endswith("cache_kv")}, verbose=False)
+  load_state_dict(small, weights_of(model) | {"wte.weight": Tensor(model.wte.weight.numpy()[[*used, other]])},
+                  verbose=False)
   return small
 
 # --- training, in PyTorch ---

@@ -17,7 +17,7 @@ import tiktoken
 from tinygrad import Context, Tensor, dtypes
 from tinygrad.dtype import DType
 from tinygrad.helpers import tqdm
-from tinygrad.nn.state import get_parameters, get_state_dict, load_state_dict, safe_load, safe_save
+from tinygrad.nn.state import get_state_dict, load_state_dict, safe_load, safe_save
 from gpt2 import GPT2, GPT2Config, PRESETS
 
 FILES = ("config.json", "model.safetensors")
@@ -257,6 +257,12 @@ def hf_to_tinyspec(state: dict[str, Tensor], dtype: DType) -> dict[str, Tensor]:
     out[k] = (v.T if k.endswith(CONV1D) else v).cast(dtype).contiguous()
   return out
 
+def weights_of(model: GPT2) -> dict[str, Tensor]:
+  """The model's weights by name (the Hub's names): not its KV caches, which are state, nor model.calls, whose
+  compiled calls hold their results."""
+  state = get_state_dict({"wte": model.wte, "wpe": model.wpe, "h": model.h, "ln_f": model.ln_f})
+  return {k: v for k, v in state.items() if not k.endswith("cache_kv")}
+
 def load_model(name_or_dir: str, dtype: DType = dtypes.float32) -> GPT2:
   """A GPT-2 with real weights: a preset name (gpt2, gpt2-medium, gpt2-large, gpt2-xl), a demo model
   (demo-target, demo-draft) or a Hugging Face checkpoint folder.
@@ -271,7 +277,7 @@ def load_model(name_or_dir: str, dtype: DType = dtypes.float32) -> GPT2:
     state = hf_to_tinyspec(safe_load(path), dtype)
   except Exception as e:
     raise LoadError(f"Cannot read {path} ({type(e).__name__}); delete it and fetch it again.") from None
-  expected = {k: v.shape for k, v in get_state_dict(model).items()}
+  expected = {k: v.shape for k, v in weights_of(model).items()}
   for k in expected.keys() | state.keys():
     if k not in state or k not in expected or state[k].shape != expected[k]:
       raise LoadError(f"{folder} does not match its config.json: tensor {k} is "
@@ -293,11 +299,8 @@ def save_model(model: GPT2, folder: str | pathlib.Path, dtype: DType = dtypes.fl
             "n_layer": cfg.n_layer, "n_head": cfg.n_head, "n_embd": cfg.n_embd, "vocab_size": cfg.vocab_size,
             "n_positions": cfg.n_ctx, "n_ctx": cfg.n_ctx, "layer_norm_epsilon": cfg.norm_eps}
   (folder / "config.json").write_text(json.dumps(config, indent=2))
-  # the weights alone: not the KV caches (state), nor model.calls (the results its compiled calls hold); the
-  # Conv1D weights go back to (in, out)
-  parts = {"wte": model.wte, "wpe": model.wpe, "h": model.h, "ln_f": model.ln_f}
-  state = {k: (v.T if k.endswith(CONV1D) else v).cast(dtype).contiguous()
-           for k, v in get_state_dict(parts).items() if not k.endswith("cache_kv")}
+  # the Conv1D weights go back to (in, out)
+  state = {k: (v.T if k.endswith(CONV1D) else v).cast(dtype).contiguous() for k, v in weights_of(model).items()}
   with Context(BEAM=0):  # as in load_model
     safe_save(state, str(folder / "model.safetensors"))
   return folder
@@ -340,9 +343,9 @@ def random_model(shape: str, dtype: DType = dtypes.float32, seed: int = 0) -> GP
     cfg = GPT2Config(n_layer=n_layer, n_head=n_head, n_embd=n_embd)
   Tensor.manual_seed(seed)
   model = GPT2(cfg)
-  for p in get_parameters(model):
+  for p in weights_of(model).values():
     p.replace(p.cast(dtype))
   # compute the random init once; left lazy, every call would redo it
   with Context(BEAM=0):  # as in load_model
-    Tensor.realize(*get_parameters(model))
+    Tensor.realize(*weights_of(model).values())
   return model

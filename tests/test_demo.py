@@ -7,14 +7,13 @@ speculative sampling at work. Every prompt comes from a held-out file."""
 import json, re
 import numpy as np, pytest
 from tinygrad import Tensor
-from tinygrad.nn.state import get_state_dict
 from tiny import REPO
 import train
 from gpt2 import GPT2, GPT2Config
 import compiled
 from sampling import Sampling
 from speculative import ModelDraft, autoregressive_sample, speculative_sample
-from weights import DEMO, load_model, load_tokenizer
+from weights import DEMO, load_model, load_tokenizer, weights_of
 
 pytestmark = [pytest.mark.slow,  # the slow tier: python -m pytest -m slow
               pytest.mark.skipif(not all((d / "model.safetensors").is_file() for d in DEMO.values()),
@@ -81,9 +80,7 @@ def untrained(shape: GPT2Config, used: np.ndarray) -> GPT2:
   """The control: the target's shape at GPT-2's initialisation, ln_f pinned and widened as train.py does."""
   model = GPT2(GPT2Config(shape.n_layer, shape.n_head, shape.n_embd, len(used), shape.n_ctx))
   rng = np.random.default_rng(0)
-  for name, w in get_state_dict(model).items():
-    if "cache_kv" in name:
-      continue
+  for name, w in weights_of(model).items():
     ln = name.startswith("ln") or ".ln_" in name
     value = (np.ones(w.shape) if name.endswith("weight") else np.zeros(w.shape)) if ln else \
             np.zeros(w.shape) if name.endswith("bias") else rng.normal(0, 0.02, w.shape)
