@@ -197,4 +197,4 @@ def measured_over_predicted(spec: Stats, base: Stats) -> dict[str, float]:
   m, t1, alone = spec.costs, spec.token_call_time, spec.round_alone_time
   return {"tokens": spec.tokens_per_target_call / m.tokens(spec.acceptance_rate),
           "parts": m.round * t1 / alone, "replay": alone / (spec.decode_time / spec.rounds),
-          "baseline": (base.decode_time / base.new_tokens) / spec.token_call_time}
+          "baseline": (base.decode_time / base.new_tokens) / t1}
