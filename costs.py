@@ -1,7 +1,7 @@
 """What a run of speculative.py measured, and what Leviathan et al.'s cost model makes of it.
 
     stats = speculative_sample(target, draft, prompt, 64)[2]   # Stats: counts, times, α̂
-    session.time_parts(target, draft, K, sampling, stats, x)   # fills in a round's parts, timed alone
+    tools.parts.time_parts(target, draft, K, sampling, stats, x)   # fills in a round's parts, timed alone
     predicted_speedup(stats.acceptance_rate, stats.costs)      # E / a round's cost, in tokens of Algorithm 1
 
 The cost model is Leviathan, Kalman and Matias (2022), "Fast Inference from Transformers via Speculative
@@ -15,13 +15,17 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+# the Stats fields timed apart after a run (tools/parts.py), which runs pooled together average, not add
+TIMED_APART = ("draft_first_time", "draft_call_time", "draft_round_time", "target_call_time", "work_time",
+               "round_replay_time", "token_call_time")
+
 @dataclass
 class Stats:
   """What a run measured. A round is one compiled call, so its parts cannot be timed inside it: draft_first_time,
   draft_call_time and target_call_time are its steps, compiled as the round runs them, and work_time its own work
-  (speculative.round_work), each timed alone after the run, in turn with a replay of the round
-  (round_replay_time, the check) and, to price them in tokens of Algorithm 1, its call (token_call_time), filled
-  in by session.time_parts. Algorithm 1's own run fills in target_call_time with its call's mean time in the run."""
+  (tools/parts.py), each timed alone after the run, in turn with a replay of the round
+  (round_replay_time, to compare) and, to price them in tokens of Algorithm 1, its call (token_call_time), filled
+  in by tools.parts.time_parts. Algorithm 1's own run fills in target_call_time with its call's mean time in the run."""
   new_tokens: int = 0
   rounds: int = 0            # rounds after the prompt, each one pass of the target (Algorithm 1: one a token)
   drafted: int = 0           # draft tokens proposed
@@ -43,7 +47,7 @@ class Stats:
   work_time: float = float("nan")  # seconds of the round's own work timed apart (the draws of x̃, the tests,
                                    # the last draw, the NaN flag), its numbers read on the host as a run does
   round_replay_time: float = float("nan")  # seconds of one round replayed after the run, in turn with its parts,
-                                           # its numbers read: the check, never a term of the prediction
+                                           # its numbers read: compared, never a term of the prediction
   token_call_time: float = float("nan")    # t(1): seconds of Algorithm 1's call (a token, read), timed in turn
                                            # with them; nan where the run did not time it
   total_time: float = 0.0    # seconds of the whole run, the prompt's prefill included
@@ -145,8 +149,8 @@ class Costs:
   token for t(1), a share `plain` of its rounds.
 
   Each part is a compiled call timed alone, its launch and binding included, which a round pays once: a round
-  priced first + (K-1)·c + r + v counts K+2 launches for its one. The prediction keeps them (on DEV=NULL a
-  call's host work is 0.13 to 0.29 ms; Stats.round_over_parts shows what they amount to on the device)."""
+  priced first + (K-1)·c + r + v counts K+2 launches for its one. The prediction keeps them (their host work on
+  DEV=NULL: docs/engine.md; Stats.round_over_parts shows what they amount to on the device)."""
   K: float      # drafts a round (for prompt lookup, the mean proposed in a round that drafts)
   c: float      # a draft step of 1 row ÷ t(1): Leviathan et al.'s c (prompt lookup: its lookups per draft)
   first: float  # the round's first draft step (x_{n-1} and x_n, 2 rows) ÷ t(1); c for prompt lookup

@@ -12,14 +12,15 @@
     batch = model.logits(ids.unsqueeze(0))  # training's forward: (B, T) ids at positions 0..T-1, no cache
 
 forward writes its T positions into the cache. Rolling back is calling again with a smaller start_pos:
-positions at or past it are overwritten before they are read. compiled.py runs forward as compiled calls
+positions at or past it are overwritten before they are read. engine/compiled.py runs forward as compiled calls
 (compiled.logits(model, ids, start_pos) returns NumPy); weights.py loads and saves the weights.
 """
 from __future__ import annotations
 import math
 from dataclasses import dataclass
 from tinygrad import Context, Tensor, UOp, dtypes, nn
-import layout  # how a device runs the products, layer norms and softmax below (the same math): layout.py
+from engine import layout  # how a device runs the products, layer norms and softmax below: engine/layout.py
+from engine.layout import MAX_ROWS  # a compiled call's most rows: the KV cache keeps MAX_ROWS - 1 spare positions
 
 @dataclass(frozen=True)
 class GPT2Config:
@@ -46,10 +47,6 @@ PRESETS = {
   "gpt2-xl":     GPT2Config(n_layer=48, n_head=25, n_embd=1600),   # 1.5B
 }
 
-# A compiled call may run more rows than it has tokens (compiled.width pads them): the KV cache keeps MAX_ROWS - 1
-# spare positions past the context for the padding rows of the widest call, MAX_ROWS rows
-MAX_ROWS = 64
-
 def causal_mask(T: int, start_pos: int | UOp) -> Tensor | None:
   """The attention mask of T queries at positions start_pos..: -inf where query i (at start_pos+i) may not see
   a key, one past start_pos+i. None for one query, which sees every key in the cache."""
@@ -64,7 +61,7 @@ class Attention:
 
   def __call__(self, x: Tensor, start_pos: int | UOp | None, mask: Tensor | None = None) -> Tensor:
     B, T, C = x.shape
-    qkv = layout.fused(self.c_attn(x)).split(C, dim=2)  # one kernel on a GPU (layout.py)
+    qkv = layout.fused(self.c_attn(x)).split(C, dim=2)  # one kernel on a GPU (engine/layout.py)
     q, k, v = [t.reshape(B, T, self.n_head, self.head_dim).transpose(1, 2) for t in qkv]
     if start_pos is None:  # training: a whole sequence at once, no cache
       y = q.scaled_dot_product_attention(k, v, is_causal=True)
@@ -102,7 +99,7 @@ class GPT2:
     self.wte, self.wpe = nn.Embedding(cfg.vocab_size, cfg.n_embd), nn.Embedding(cfg.n_ctx, cfg.n_embd)
     self.h = [Block(cfg) for _ in range(cfg.n_layer)]
     self.ln_f = layout.LayerNorm(cfg.n_embd, cfg.norm_eps)
-    self.calls: dict = {}  # the compiled calls that run it (compiled.py keeps them here: they go when it goes)
+    self.calls: dict = {}  # the compiled calls that run it (engine/compiled.py keeps them here: they go with it)
 
   def prepare(self, write_norms: bool = False) -> None:
     """Before the first forward: allocate (once) the zeroed KV caches that compiled calls point at (stale

@@ -8,9 +8,9 @@ inside one compiled call per round; this file is what that code computes, writte
 """
 from __future__ import annotations
 import numpy as np
-from compiled import PREFILL_ROWS, logits
+from engine.compiled import PREFILL_ROWS, logits
 from gpt2 import GPT2
-from sampling import Sampling
+from sampling import NOT_FINITE, Sampling
 
 def next_probs(model: GPT2, tokens: list[int], start_pos: int, n_out: int, sampling: Sampling,
                rows: int = PREFILL_ROWS) -> np.ndarray:
@@ -20,8 +20,7 @@ def next_probs(model: GPT2, tokens: list[int], start_pos: int, n_out: int, sampl
   # a NaN would make every draw meaningless (tinygrad's own multinomial silently returns token 0):
   # refuse it here
   if not np.isfinite(probs).all():
-    raise FloatingPointError("The model produced NaN or infinite probabilities: its weights may be corrupt, "
-                             "so fetch them again.")
+    raise FloatingPointError(NOT_FINITE)
   return probs
 
 # ***** one round's accept/reject loop *****

@@ -7,11 +7,24 @@
 
 Speculative sampling applies the same Sampling to the draft (giving p) and to the target (giving q) at every
 position, so that Algorithm 2 compares like with like and emits the target's filtered distribution.
+
+Then the draws, on the device too: random_bits, uniform r for the accept tests, and draw, one token per row.
+What "exact" means for them: the tokens follow the distribution as the device computes it (float32
+probabilities, each row normalised within float32 rounding; float16 models compute another q, close to it).
+Each draw is an inverse CDF on integers: the weights become int64 counts of 2^-38 of their total (rounded to
+nearest, from a float32 product: relative error 2^-24), whose running sums are exact, and a 48-bit uniform picks
+one count exactly. So a token of probability w under the weights is drawn with probability w·(1 ± 2^-23) ± 2^-37.
+Each accept test r·p(x̃) < q(x̃) takes r on a grid of 2^-24 in (0, 1) and one float32 product, so it accepts with
+probability min(1, q/p) ± 2^-23.
 """
 from __future__ import annotations
 from dataclasses import dataclass
 import math
-from tinygrad import Tensor, dtypes
+from tinygrad import Tensor, UOp, dtypes
+
+# the one sentence for non-finite probabilities, on the device (speculative.py) and the host (reference.py)
+NOT_FINITE = ("The model produced NaN or infinite probabilities: its weights may be corrupt, so fetch them "
+              "again.")
 
 @dataclass(frozen=True)
 class Sampling:
@@ -91,3 +104,37 @@ def largest_reaching(key: Tensor, target: int | Tensor, bits: int, weight: Tenso
     # the candidates that reach target are the smallest, 1..n of them: t + n << low is the largest
     t = t + reach.sum(-1, keepdim=True).cast(dtypes.uint32) * (1 << low)
   return t
+
+# ***** random numbers and draws *****
+
+def random_bits(seed: int | UOp, counter: int | UOp, n: int) -> Tensor:
+  """n random uint32 from tinygrad's threefry generator (the one behind Tensor.rand), keyed by (seed,
+  counter): passed into the compiled call, since Tensor.manual_seed does not reach a captured TinyJit."""
+  key = Tensor.full((1,), seed, dtype=dtypes.uint32).cat(Tensor.full((1,), counter, dtype=dtypes.uint32))
+  half = (n + 1) // 2
+  counts = Tensor.arange(half, dtype=dtypes.uint32)
+  return Tensor._threefry_random_bits(key, counts, counts + half)[:n]
+
+def uniform(bits: Tensor) -> Tensor:
+  """Floats r in (0, 1) from uint32 bits: the top 24 bits and half a step, times 2^-24 (exact in float32)."""
+  return ((bits >> 8).cast(dtypes.float32) + 0.5) * 2.0**-24
+
+def draw(weights: Tensor, bits: Tensor) -> Tensor:
+  """One token per row of weights (..., V) (non-negative, not all zero), by inverse CDF with 48 random bits
+  (..., 2) per row: int32 (...,). The weights become int64 counts whose running sums are exact, so the only
+  error is the float32 rounding of each count (the module's docstring)."""
+  V, B = weights.shape[-1], 256  # the CDF is walked by blocks of B tokens, then inside the chosen block
+  counts = (weights * (2.0**38 / weights.sum(-1, keepdim=True))).round().cast(dtypes.int64)
+  total = counts.sum(-1, keepdim=True)
+  # u, uniform on 0 .. total-1: floor(R · total / 2^48) for a 48-bit R = 2^24 hi + lo, in 63 bits
+  hi, lo = [(bits[..., i:i + 1] >> 8).cast(dtypes.int64) for i in (0, 1)]
+  u = (hi * total + ((lo * total) >> 24)) >> 24
+  # each running sum written out before the next step reads it: computed inside its reader, it would be redone
+  # by one thread for every number that thread reads (a GPU thread walking the whole CDF alone)
+  blocks = counts.pad(((0, 0),) * (counts.ndim - 1) + ((0, -V % B),)).reshape(*counts.shape[:-1], -1, B)
+  sums = blocks.sum(-1)
+  block = (sums.cumsum(-1).contiguous() <= u).sum(-1, keepdim=True)  # the block whose counts hold u
+  index = Tensor.arange(sums.shape[-1])
+  u = u - (index < block).where(sums, 0).sum(-1, keepdim=True)
+  inside = (index == block).unsqueeze(-1).where(blocks, 0).sum(-2).contiguous().cumsum(-1).contiguous()
+  return (block.squeeze(-1) * B + (inside <= u).sum(-1)).cast(dtypes.int32)

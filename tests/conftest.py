@@ -1,9 +1,9 @@
-"""The suite runs tinygrad's default kernels: searching the fastest ones (compiled.SEARCH) takes minutes per call
+"""The suite runs tinygrad's default kernels: searching the fastest ones (engine/compiled.py) takes minutes per call
 shape, which would cost CI more than its tests. test_gpt2.py's test_search_is_never_in_a_call_and_gives_the_same_logits
 covers the search.
 
 It runs on the device the command line would pick: with DEV unset, where tinygrad picks an OpenCL driver that runs
-on this machine's CPU (pocl), tinygrad's CPU device instead (session.host_cpu_instead, the command line's rule),
+on this machine's CPU (pocl), tinygrad's CPU device instead (tools/session.py's host_cpu_instead, the command line's rule),
 for this process and the command lines it starts. DEV=CL keeps OpenCL.
 
 `python -m pytest` spreads the tests over every core where pytest-xdist is installed (requirements-dev.txt):
@@ -11,14 +11,14 @@ pytest_cmdline_main below. Without it the same command runs them in one process,
 import os
 import pytest
 
-os.environ["BEAM"] = "0"  # read by compiled.py (and tinygrad) on import, and inherited by the CLI runs that tests start
+os.environ["BEAM"] = "0"  # read by engine/compiled.py (and tinygrad) on import, and inherited by the CLI runs that tests start
 # Each process compiles its kernels itself, not through tinygrad's pool of compiling processes: the suite already
 # runs a worker a core (below), and the pool, one more process a worker, restarts every 16 kernels, importing
 # tinygrad again (tests/test_distribution.py on this project's 2 cores: 146 s with the pool, 127 s without).
 os.environ["PARALLEL"] = "0"
 
 from tinygrad.helpers import DEV  # noqa: E402  (after BEAM is set)
-from session import host_cpu_instead  # noqa: E402
+from tools.session import host_cpu_instead  # noqa: E402
 
 if host_cpu_instead():
   DEV.value = os.environ["DEV"] = "CPU"

@@ -134,7 +134,7 @@ def gated(found: list, specials: list[UOp]) -> int:
 def launched(call, values: list[int]) -> list[tuple[UOp, list]]:
   """The PROGRAMs one replay of a compiled call launches, in order, each with the buffers it is given (a fresh
   copy of the call without JIT graphs)."""
-  from compiled import Compiled
+  from engine.compiled import Compiled
   with Context(JIT=2):
     alone = Compiled(call.name, call.signature, 0, call.build)
     for _ in range(3):  # compile, capture, replay
@@ -145,7 +145,7 @@ def launched(call, values: list[int]) -> list[tuple[UOp, list]]:
 def block(width: int, heads: int, rows: int, dtype) -> tuple[int, int]:
   """One block's kernels and the bytes of the buffers they bind (each kernel's, the KV cache whole), in a
   target step of `rows` rows: the difference between a target of 2 layers and one of 1 (GPT-2's vocabulary)."""
-  from compiled import prepare, step
+  from engine.compiled import prepare, step
   from sampling import Sampling
   from weights import random_model
   found = []
@@ -171,7 +171,7 @@ def matrices(*models) -> dict[int, tuple[str, int]]:
 def faults(kernels: list[Kernel], weights: dict[int, tuple[str, int]], rows: int, width: int) -> list[str]:
   """What breaks the bars, one line each: an empty list passes. weights: those of the models the call runs
   (matrices); rows: the most rows a step of the call gathers; width: the widest embedding."""
-  from layout import ROWS
+  from engine.layout import ROWS
   out = [f"{k.name}: one thread runs {k.trips} loop trips" for k in kernels if k.trips > MAX_TRIPS]
   nbytes_of = dict(weights.values())
   streamed = set()
@@ -253,7 +253,7 @@ def check(name: str, call, values: list[int], rows: int, models: list) -> list[s
 
 if __name__ == "__main__":
   sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-  from compiled import prepare
+  from engine.compiled import prepare
   from sampling import Sampling
   from weights import random_model
   ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

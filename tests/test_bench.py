@@ -5,11 +5,11 @@ The tests check what is printed and written, never a timing value: the machine r
 import json, math, pathlib, re, sqlite3, subprocess
 import pytest
 import costs
-from bench import row_costs
+from tools.bench import row_costs
 from tiny import TOKENIZER_DIR, run_script, write_checkpoint
 
 def bench(*args: str) -> subprocess.CompletedProcess:
-  return run_script("bench.py", *args)
+  return run_script("tools.bench", *args)
 
 def table_rows(stdout: str) -> list[list[str]]:
   """The table's rows split into cells: the lines after its header (with meas/pred) up to a blank one."""
@@ -92,7 +92,7 @@ def test_scoring_prints_total_host_and_ratio_per_T():
 def test_bench_never_searches_unless_asked(tmp_path):
   """With the search on but nothing searched on this machine, bench.py times tinygrad's default kernels, says
   so, and searches nothing: a search never lands in a timing (--search runs it first, untimed)."""
-  out = run_script("bench.py", "--random", "--target", "1,2,16", "--scoring",
+  out = run_script("tools.bench", "--random", "--target", "1,2,16", "--scoring",
                    env={"BEAM": "1", "CACHEDB": str(tmp_path / "cache.db")})
   assert out.returncode == 0, out.stderr
   assert "not searched yet on this machine (--search searches them first, untimed)" in out.stdout
@@ -106,7 +106,7 @@ def test_search_covers_the_steps_that_the_round_is_timed_against(tmp_path):
   kernels and its parts default ones, and round/parts and c would compare the two. The kernels line says
   "searched" only when no compiled call is left with default kernels."""
   target, draft = tiny_pair(tmp_path)
-  out = run_script("bench.py", "--target", str(target), "--draft", str(draft), "-K", "2", "--max-new-tokens", "4",
+  out = run_script("tools.bench", "--target", str(target), "--draft", str(draft), "-K", "2", "--max-new-tokens", "4",
                    "--prompts", "1", "--bandwidth", "10", "--search", "--out", str(tmp_path / "out"),
                    env={"BEAM": "1", "CACHEDB": str(tmp_path / "cache.db")})
   assert out.returncode == 0, out.stderr
@@ -115,7 +115,7 @@ def test_search_covers_the_steps_that_the_round_is_timed_against(tmp_path):
 @pytest.mark.slow
 def test_scoring_on_null_reports_host_work_and_no_arithmetic_rate():
   # DEV=NULL runs no kernel: a GFLOP/s figure there would be a fiction, and the floor needs a given bandwidth
-  out = run_script("bench.py", "--random", "--target", "1,2,16", "--scoring", "--bandwidth", "100",
+  out = run_script("tools.bench", "--random", "--target", "1,2,16", "--scoring", "--bandwidth", "100",
                    env={"DEV": "NULL", "NULL_ALLOW_COPYOUT": "1"})
   assert out.returncode == 0, out.stderr
   lines = out.stdout.splitlines()

@@ -10,7 +10,7 @@ from tinygrad import Tensor
 from tiny import REPO
 import train
 from gpt2 import GPT2, GPT2Config
-import compiled
+from engine import compiled
 from sampling import Sampling
 from speculative import ModelDraft, autoregressive_sample, speculative_sample
 from weights import DEMO, load_model, load_tokenizer, weights_of

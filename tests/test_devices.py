@@ -76,7 +76,7 @@ def test_cuda_without_nvrtc_is_refused_before_loading(tmp_path):
 
 SAME = """
 import sys, numpy as np
-import compiled
+from engine import compiled
 from sampling import Sampling
 from speculative import ModelDraft, speculative_sample
 from weights import load_model

@@ -28,11 +28,12 @@ from scipy import stats
 from tinygrad import Device, Tensor, dtypes
 from tiny import write_checkpoint
 from weights import load_model
-import layout, speculative
+import speculative
+from engine import layout
 from gpt2 import GPT2
 from reference import next_probs
 from sampling import Sampling
-from compiled import forward_rows
+from engine.compiled import forward_rows
 from speculative import Draft, ModelDraft, NgramDraft, random_bits, speculative_sample
 
 PLAIN = Sampling()

@@ -7,8 +7,9 @@ from tinygrad import Tensor, dtypes
 from tinygrad.codegen import to_program_cache
 from tinygrad.helpers import GlobalCounters
 from tiny import hub_tensors, write_checkpoint
-import compiled, gpt2
-from compiled import PREFILL_ROWS, calls, logits, step
+import gpt2
+from engine import compiled
+from engine.compiled import PREFILL_ROWS, calls, logits, step
 from sampling import Sampling
 from weights import load_model
 

@@ -11,15 +11,15 @@ pytestmark = pytest.mark.slow  # the slow tier: python -m pytest -m slow
 # One block's 10 kernels: ln_1's statistics; q, k, v (ln_1's normalisation inside its load); the KV write; the
 # scores; their max; the product of exp(scores - max) with v, its sum beside it; c_proj; ln_2's statistics;
 # c_fc; and c_proj (gelu inside its load). Around the 12 blocks, 10: the token id, the embeddings (2), ln_f's
-# statistics, the LM head and the Sampling head's softmax (5). Five rows (run as 6, compiled.width) add 7: four
+# statistics, the LM head and the Sampling head's softmax (5). Five rows (run as 6, compiled.padded_rows) add 7: four
 # token ids, their concatenation and the causal mask (2).
 ONE_ROW_KERNELS = 12 * 10 + 10
 FIVE_ROW_KERNELS = ONE_ROW_KERNELS + 7
 MAX_BYTES = 1.05  # bytes the kernels touch ÷ the weights' bytes: each weight read once, little else
 
 COUNT = """
-import layout
-from bench import step_cost
+from engine import layout
+from tools.bench import step_cost
 from sampling import Sampling
 from weights import random_model
 if {unpacked}:  # the control: each layer norm's weight and bias left in two buffers
@@ -59,7 +59,7 @@ import collections, re, sys
 import tinygrad.engine.realize as realize
 from tinygrad import Context
 from tinygrad.uop.ops import Ops
-from compiled import Compiled, prepare, step
+from engine.compiled import Compiled, prepare, step
 from sampling import Sampling
 from speculative import lookup_round, model_round
 from weights import random_model
@@ -74,7 +74,7 @@ def spy(ctx, call, *args):  # every kernel that a replay launches, by name
 realize.track_stats = spy
 def launched(call, searched, *values):  # a fresh copy of the call without JIT graphs: compile, capture, replay
   with Context(JIT=2):
-    alone = Compiled(call.name, call.signature, call.width, lambda _: call.build(searched))
+    alone = Compiled(call.name, call.signature, call.beam, lambda _: call.build(searched))
     for _ in range(3):
       names.clear()
       alone(*values)
@@ -83,7 +83,7 @@ sampling = Sampling()
 target, draft = random_model("2,4,128", seed=0), random_model("1,2,64", seed=1)
 prepare(target), prepare(draft)
 draft_step = launched(step(draft, 1, sampling), False, 5)
-for K in (2, 4, 6):  # 3, 5 and 7 rows: run at 3, 6 and 8 (compiled.width)
+for K in (2, 4, 6):  # 3, 5 and 7 rows: run at 3, 6 and 8 (compiled.padded_rows)
   target_step = launched(step(target, K + 1, sampling), False, 5)
   later_drafts = collections.Counter({kernel: n * (K - 1) for kernel, n in draft_step.items()})
   calls = (("round", model_round(target, draft, K, sampling), (4, 1, 1, 2, K, 0, 0, 5), later_drafts),
@@ -127,9 +127,10 @@ def test_the_names_tell_an_unpadded_target_pass(missing):
 LAYOUT = r"""
 import json, sys
 from tinygrad import Tensor, dtypes
-import layout, speculative
+import speculative
+from engine import layout
 from gpu_layout import block, calls, check
-from compiled import prepare
+from engine.compiled import prepare
 from sampling import Sampling
 from weights import random_model
 half, controls = sys.argv[1] == "half", sys.argv[2] == "controls"
@@ -239,7 +240,7 @@ stand_in_metal_compiler()
 from tinygrad import Device, Tensor, dtypes
 from tinygrad.codegen.opt import Opt, OptOps
 from tinygrad.function import function
-from compiled import prepare
+from engine.compiled import prepare
 from gpu_layout import calls, launched
 from sampling import Sampling
 from weights import random_model

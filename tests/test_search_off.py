@@ -13,7 +13,9 @@ SCRIPT = """
 import dataclasses, pathlib, sqlite3, sys
 import tinygrad.helpers as helpers
 from tinygrad import Tensor
-import compiled, gpt2, session, speculative, train, weights
+import gpt2, speculative, train, weights
+from engine import compiled
+from tools import session
 assert helpers.BEAM.value == 2, "importing the project changed BEAM"
 def searches():
   try:

@@ -1,12 +1,14 @@
 """speculative.py: greedy equals Algorithm 1, a perfect draft is always accepted, the stopping rules hold, and
 the CLI works as a user runs it, with one clear sentence for bad input."""
-import ast, dataclasses, math, os, re, signal, sqlite3, subprocess, sys, threading, time, types
+import ast, dataclasses, math, os, pathlib, re, signal, sqlite3, subprocess, sys, threading, time, types
 import numpy as np, pytest
 from tinygrad import Tensor
 from tiny import REPO, TOKENIZER_DIR, run_script, write_checkpoint
 from weights import load_model
 from sampling import Sampling
-import compiled, costs, reference, session, speculative
+import costs, reference, speculative
+from engine import compiled
+from tools import parts, session
 from costs import Stats
 from speculative import ModelDraft, NgramDraft, autoregressive_sample, random_bits, speculative_sample
 
@@ -164,7 +166,8 @@ def test_the_warm_up_captures_every_call_a_lookup_run_makes(models, monkeypatch)
 
 def test_time_calls_replays_the_calls_in_turn():
   """Each call is compiled and captured first (its first call), then all are replayed in turn, reps times, with
-  their values: a slow spell of the machine falls on every one alike."""
+  their values, each read on the host where its flag says so: a slow spell of the machine falls on every one
+  alike."""
   log = []
   class Call:
     def __init__(self, name: str):
@@ -173,13 +176,15 @@ def test_time_calls_replays_the_calls_in_turn():
       self.jit.cnt += 1
       log.append((self.name, values))
       return Tensor([0])
-  times = compiled.time_calls([(Call("round"), [7, 8]), (Call("step"), [9])], reps=3)
+    def to_host(self, out: Tensor) -> None:
+      log.append((self.name, "read"))
+  times = compiled.time_calls([(Call("round"), [7, 8], True), (Call("step"), [9], False)], reps=3)
   assert len(times) == 2 and all(t > 0 for t in times)
-  assert log == [("round", (7, 8)), ("step", (9,))] * 4
+  assert log == [("round", (7, 8)), ("step", (9,))] + [("round", (7, 8)), ("round", "read"), ("step", (9,))] * 3
 
 def parts_timed(monkeypatch, target, draft, x: list[int], new_tokens: int,
                 round_ms: float = 10.0) -> tuple[list, Stats]:
-  """The calls that session.time_parts times after a run of text x (each as the compiled call it times), and
+  """The calls that parts.time_parts times after a run of text x (each as the compiled call it times), and
   the Stats it fills in from times that time_calls is made to return: round_ms for the round, 4 ms for the
   target's K+1 rows, 1 ms for each of the draft's steps, 1.5 for the round's own work and 2 for Algorithm 1's
   call, t(1)."""
@@ -187,9 +192,9 @@ def parts_timed(monkeypatch, target, draft, x: list[int], new_tokens: int,
   def times(calls, reps):
     seen.extend(calls)
     return [round_ms / 1e3, 0.004, *[0.001] * (len(calls) - 4), 0.0015, 0.002]
-  monkeypatch.setattr(session, "time_calls", times)
-  session.time_parts(target, draft, 4, Sampling(), stats, x)
-  return [(c.call if isinstance(c, session.Read) else c, values) for c, values in seen], stats
+  monkeypatch.setattr(parts, "time_calls", times)
+  parts.time_parts(target, draft, 4, Sampling(), stats, x)
+  return [(c, values) for c, values, _ in seen], stats
 
 def test_time_parts_replays_a_round_its_parts_and_algorithm_1s_call_at_the_runs_middle(models, monkeypatch):
   """The round after the middle of the run's text (its last token repeated), its parts at the positions that
@@ -202,17 +207,19 @@ def test_time_parts_replays_a_round_its_parts_and_algorithm_1s_call_at_the_runs_
   r, n = x[:25] + [24], 26  # the last 10 // 2 tokens cut, the last token repeated
   assert [c.name for c, _ in calls] == ["a round: 1-layer draft, 2-layer target, K=4", "2 layers, 5 rows",
                                         "1 layers, 2 rows", "1 layers, 1 rows",
-                                        "a round's own work: 1-layer draft, K=4", "a token: 2-layer target"]
-  assert [v for _, v in calls] == [[n - 2, 1, r[-2], r[-1], 4, 0, 0, n - 1], [n - 1, r[-1], 0, 0, 0, 0],
-                                   [n - 2, r[-2], r[-1]], [n, r[-1]], [1, 4, 0, 0], [r[-1], 0, 0, n - 1]]
+                                        "a round: 1-layer draft, 2-layer target, K=4, fixed_rows for the models' steps",
+                                        "a token: 2-layer target"]
+  round_values = [n - 2, 1, r[-2], r[-1], 4, 0, 0, n - 1]
+  assert [v for _, v in calls] == [round_values, [n - 1, r[-1], 0, 0, 0, 0], [n - 2, r[-2], r[-1]], [n, r[-1]],
+                                   round_values, [r[-1], 0, 0, n - 1]]
   assert calls[1][0] is compiled.step(target, 5, Sampling())
   assert calls[2][0] is compiled.step(draft.model, 2, Sampling())
-  assert calls[4][0] is speculative.round_work(target, draft.model, 4)
+  assert calls[4][0] is draft.round(target, r, 4, 4, Sampling(), forward=parts.fixed_rows)[0]
   assert calls[5][0] is speculative.token_step(target, Sampling())
   assert stats.round_replay_time == 0.010 and stats.draft_round_time == pytest.approx(0.004)
   assert stats.target_call_time == 0.004 and stats.work_time == 0.0015 and stats.token_call_time == 0.002
   # in t(1) = 2 ms: c = 1/2, its first step 1/2, r = 4/2, v = 1.5/2; a round costs 9.5/2 by its parts, and its
-  # replay, 10 ms, is only the check
+  # replay, 10 ms, is only compared with them
   assert stats.costs == pytest.approx(costs.Costs(4, 0.5, 0.5, 2.0, 0.75)) and stats.costs.round == 4.75
   assert stats.round_over_parts == pytest.approx(10 / 9.5)
   calls, _ = parts_timed(monkeypatch, target, draft, list(range(48)), new_tokens=2)  # a run that filled the context
@@ -223,13 +230,13 @@ def test_time_parts_reads_the_round_its_own_work_and_algorithm_1s_call(models, m
   steps, whose results no run reads, without."""
   target, draft, _ = models
   seen = []
-  monkeypatch.setattr(session, "time_calls", lambda calls, reps: seen.extend(calls) or [0.001] * len(calls))
-  session.time_parts(target, draft, 4, Sampling(), Stats(new_tokens=4), list(range(20)))
-  assert [isinstance(c, session.Read) for c, _ in seen] == [True, False, False, False, True, True]
+  monkeypatch.setattr(parts, "time_calls", lambda calls, reps: seen.extend(calls) or [0.001] * len(calls))
+  parts.time_parts(target, draft, 4, Sampling(), Stats(new_tokens=4), list(range(20)))
+  assert [read for _, _, read in seen] == [True, False, False, False, True, True]
 
 def test_the_prediction_is_made_without_the_round(models, monkeypatch):
   """predicted_speedup prices a round from its parts, each timed alone: a replayed round twice as slow changes
-  the check (round ÷ its parts) and leaves the prediction as it was; and it differs from E·t(1) ÷ the replayed
+  round ÷ its parts and leaves the prediction as it was; and it differs from E·t(1) ÷ the replayed
   round, what the prediction was when it priced the round's own work as the replay less its parts."""
   target, draft, _ = models
   run = dict(new_tokens=40, rounds=16, drafted=64, accepted=30, rejected=10)
@@ -246,10 +253,10 @@ def test_time_parts_without_the_baseline_leaves_t1_untimed(models, monkeypatch):
   """Without baseline (speculative.py without --compare) Algorithm 1's call is neither compiled nor timed."""
   target, draft, _ = models
   seen, stats = [], Stats(new_tokens=4)
-  monkeypatch.setattr(session, "time_calls",
+  monkeypatch.setattr(parts, "time_calls",
                       lambda calls, reps: seen.extend(calls) or [0.010, 0.004, 0.001, 0.001, 0.0015])
-  session.time_parts(target, draft, 4, Sampling(), stats, list(range(20)), baseline=False)
-  assert "a token" not in " ".join(getattr(c, "call", c).name for c, _ in seen) and np.isnan(stats.token_call_time)
+  parts.time_parts(target, draft, 4, Sampling(), stats, list(range(20)), baseline=False)
+  assert "a token" not in " ".join(c.name for c, _, _ in seen) and np.isnan(stats.token_call_time)
   assert stats.target_call_time == 0.004 and stats.work_time == 0.0015 and np.isnan(stats.costs.r)
 
 def test_time_parts_replays_prompt_lookups_round_where_nothing_repeats(models, monkeypatch):
@@ -259,22 +266,26 @@ def test_time_parts_replays_prompt_lookups_round_where_nothing_repeats(models, m
   target, _, _ = models
   calls, stats = parts_timed(monkeypatch, target, NgramDraft(), list(range(20)), new_tokens=0)
   assert [c.name for c, _ in calls] == ["a lookup round: 2-layer target, K=4", "2 layers, 5 rows",
-                                        "a round's own work: prompt lookup, K=4", "a token: 2-layer target"]
-  assert calls[0][1][:3] == [19, 19, 0] and calls[2][1] == [19, 0, 0, 0, 1, 0, 0]  # x_n; the one draft x̃_1 = x_n
+                                        "a lookup round: 2-layer target, K=4, fixed_rows for the models' steps",
+                                        "a token: 2-layer target"]
+  assert calls[0][1] == calls[2][1] == [19, 19, 0, 0, 0, 1, 0, 0, 20]  # x_n; the one draft x̃_1 = x_n
   assert stats.round_parts_time == pytest.approx(0.0055) and stats.host_draft_time == 0
 
 def test_the_rounds_own_work_runs_the_rounds_kernels_without_the_models(models):
-  """round_work, compiled, launches only kernels that the round launches (by name), and fewer. With p and q
+  """The round's own work (its call with parts.fixed_rows for the models' steps) launches only kernels that the
+  round launches (by name), and fewer. With p and q
   uniform a model draft's round accepts all k drafts; prompt lookup's one-hot p passes a test only with
   probability q(x̃) = 1/V, and at this seed fails the first. It is among the target's calls, which the kernel
   search (session.search_kernels) searches."""
   target, draft, _ = models
-  for kind, model, sampling, values in ((draft, draft.model, Sampling(), [1, 3, 5, 6]),
-                                        (NgramDraft(), None, Sampling(0), [7, 8, 9, 10, 3, 5, 6])):
-    speculative_sample(target, kind, PROMPT * 3, 12, K=4, sampling=sampling, eos=None)  # compiles its round
-    work = speculative.round_work(target, model, 4)
+  x = PROMPT * 3
+  parts.fix_rows(target, 4)
+  for kind, model, sampling in ((draft, draft.model, Sampling()), (NgramDraft(), None, Sampling(0))):
+    speculative_sample(target, kind, x, 12, K=4, sampling=sampling, eos=None)  # compiles its round
+    work, values, _ = kind.round(target, x, 4, 4, sampling, forward=parts.fixed_rows)
+    values = [*values[:-1], 3, 5, 6, len(x) - 1]  # k = 3 drafts count; seed 5, round 6
     result = [work.to_host(work(*values)).copy() for _ in range(2)][-1]  # capture, then replay
-    whole = kind.round(target, PROMPT * 3, 4, 4, sampling)[0]
+    whole = kind.round(target, x, 4, 4, sampling)[0]
     assert work.kernel_names() < whole.kernel_names() and work in compiled.calls(target)
     assert result.shape == (4 + 3,) and result[-1] == 0 and result[-2] == (3 if model else 0)
 
@@ -305,18 +316,23 @@ def test_break_even_alpha_at_the_edges():
   assert costs.break_even_alpha(costs.Costs(2, 0.9, 1.2, 2.5, 0.5)) is None
 
 def project_imports(main_blocks: bool) -> dict[str, set[str]]:
-  """Which of the repository's modules each one imports (read from its source), with or without what its
-  `if __name__ == "__main__":` block imports."""
-  paths = {p.stem: p for p in [*REPO.glob("*.py"), *(REPO / "notebooks").glob("*.py")]}
+  """Which of the repository's modules (dotted: engine.compiled) each one imports, read from its source, with or
+  without what its `if __name__ == "__main__":` block imports (never what an `if TYPE_CHECKING:` block names)."""
+  paths = {".".join(p.relative_to(REPO).with_suffix("").parts): p
+           for p in [*REPO.glob("*.py"), *REPO.glob("*/*.py")] if p.parent.name not in ("tests",)}
+  paths = {("notebook_helpers" if name.startswith("notebooks.") else name): p for name, p in paths.items()
+           if not name.endswith("__init__")}
   graph = {}
   for name, path in paths.items():
     tree = ast.parse(path.read_text())
     main = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test)
             for n in ast.walk(node)} if not main_blocks else set()
-    found = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) and id(n) not in main
-             for a in n.names}
-    found |= {n.module.split(".")[0] for n in ast.walk(tree)
-              if isinstance(n, ast.ImportFrom) and n.module and id(n) not in main}
+    main |= {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"
+             for n in ast.walk(node)}  # names for type hints alone: nothing runs them
+    found = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) and id(n) not in main for a in n.names}
+    for n in ast.walk(tree):
+      if isinstance(n, ast.ImportFrom) and n.module and id(n) not in main:
+        found |= {n.module} | {f"{n.module}.{a.name}" for a in n.names}
     graph[name] = found & paths.keys()
   return graph
 
@@ -335,12 +351,57 @@ def circles(graph: dict[str, set[str]]) -> set[tuple[str, ...]]:
     walk([name])
   return found
 
-def test_the_only_import_circle_is_the_command_lines():
-  """speculative.py's `__main__` block imports cli.py, which imports speculative (through session.py too): the
-  only circles. Without that block the modules import in one order; costs.py imports none of them."""
-  assert circles(project_imports(main_blocks=False)) == set()
-  assert circles(project_imports(main_blocks=True)) == {("cli", "speculative"), ("cli", "session", "speculative")}
-  assert project_imports(main_blocks=True)["costs"] == set()
+LAYERS = {"engine": 0, "lesson": 1, "demo": 2, "tools": 2, "notebooks": 3}  # a module imports its layer or below
+
+def layer(module: str) -> str:
+  """The room a module lives in: its folder, or the lesson for the files at the root."""
+  return module.split(".")[0] if "." in module or module == "notebook_helpers" else "lesson"
+
+def test_an_edit_to_any_traced_file_changes_every_calls_key(tmp_path):
+  """Every compiled call's signature holds compiled.SOURCE, the hash of the TRACED files: an edit to any of them
+  changes it, so that a kernel searched before the edit counts as not searched (else a stale "searched" flag
+  would search inside a timed run)."""
+  for f in compiled.TRACED:
+    (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / f).write_bytes((REPO / f).read_bytes())
+  before = compiled.source_hash(tmp_path)
+  assert before == compiled.SOURCE
+  for f in compiled.TRACED:
+    text = (tmp_path / f).read_bytes()
+    (tmp_path / f).write_bytes(text + b"# an edit\n")
+    assert compiled.source_hash(tmp_path) != before, f
+    (tmp_path / f).write_bytes(text)
+
+def test_traced_holds_every_file_a_compiled_call_runs(models):
+  """The files whose functions run while a compiled call captures (a round of each kind, Algorithm 1's token and a
+  step) are all in compiled.TRACED: an edit to any file a call traces changes its key."""
+  target, draft, _ = models
+  ran = set()
+  def profile(frame, event, arg):
+    if event == "call" and (path := pathlib.Path(frame.f_code.co_filename)).is_relative_to(REPO):
+      ran.add(path.relative_to(REPO).as_posix())
+  built = [speculative.model_round(target, draft.model, 1, Sampling()), speculative.lookup_round(target, 1, Sampling()),
+           speculative.token_step(target, Sampling()), compiled.step(target, 3, Sampling())]
+  for call in built:
+    fresh = compiled.Compiled(call.name, call.signature, 0, call.build)
+    sys.setprofile(profile)
+    try:
+      fresh(*[1] * len(fresh.variables))
+    finally:
+      sys.setprofile(None)
+  assert {"speculative.py", "sampling.py", "gpt2.py", "engine/compiled.py"} <= ran <= set(compiled.TRACED)
+
+def test_imports_run_one_way():
+  """The tools import the lesson, the lesson imports the engine, the engine imports neither; the only circle is
+  speculative.py's `__main__` block, which hands over to the command line (tools.cli imports speculative)."""
+  graph = project_imports(main_blocks=False)
+  assert {"speculative", "engine.compiled", "tools.cli", "tools.parts"} <= graph.keys()
+  upward = {(m, i) for m, imported in graph.items() for i in imported
+            if LAYERS[layer(i)] > LAYERS[layer(m).replace("notebook_helpers", "notebooks")]}
+  assert upward == set() and circles(graph) == set()
+  through_main = circles(project_imports(main_blocks=True))  # each from speculative's __main__ to tools.cli
+  assert through_main and all(circle[:2] == ("speculative", "tools.cli") for circle in through_main)
+  assert graph["costs"] == set()
 
 def test_measured_over_predicted_is_the_product_of_its_terms():
   """Four terms, each 1 where its side of the prediction held, multiply to measured ÷ predicted; rounds that

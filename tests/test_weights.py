@@ -8,7 +8,8 @@ import tiktoken, tiktoken.registry
 from tinygrad import Tensor, dtypes
 from tinygrad.nn.state import safe_load
 from tiny import TOKENIZER_DIR, hub_tensors, write_checkpoint
-import compiled, weights
+import weights
+from engine import compiled
 from weights import LoadError, load_model, load_tokenizer
 
 SHAPE = dict(n_layer=1, n_head=2, n_embd=16, vocab_size=64, n_ctx=32)

@@ -29,8 +29,11 @@ def hub_tensors(n_layer: int, n_head: int, n_embd: int, vocab_size: int, n_ctx: 
   return tensors
 
 def run_script(script: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-  """Run one of the repo's scripts as a user would, in a fresh Python on the CPU unless DEV says otherwise."""
-  return subprocess.run([sys.executable, str(REPO / script), *args], capture_output=True, text=True, cwd=REPO,
+  """Run one of the repo's commands as a user would, from the repository's root, in a fresh Python on the CPU
+  unless DEV says otherwise: a file at the root (speculative.py) by its path, a tool by its module (tools.bench,
+  as `python -m tools.bench`)."""
+  command = [str(REPO / script)] if script.endswith(".py") else ["-m", script]
+  return subprocess.run([sys.executable, *command, *args], capture_output=True, text=True, cwd=REPO,
                         env={**os.environ, "DEV": os.environ.get("DEV", "CPU"), **(env or {})}, timeout=600)
 
 def write_checkpoint(folder: str | pathlib.Path, *, n_layer: int = 2, n_head: int = 2, n_embd: int = 32,

@@ -1,6 +1,6 @@
 """How gpt2.py's products, layer norms and softmax become kernels: the same math as plain GPT-2, laid out so that a
-decode step launches few kernels, each shaped as a GPU wants it. A learner may skip this file: gpt2.py reads as
-GPT-2 without it, and on tinygrad's CPU device most of it changes nothing (a product there is nn.Linear's own
+decode step launches few kernels, each shaped as a GPU wants it. A first reading can skip this file: gpt2.py reads
+as GPT-2 without it, and on tinygrad's CPU device most of it changes nothing (a product there is nn.Linear's own
 x.linear(weight.T, bias), and fused leaves its Tensor as it is).
 
     Linear, product(x, w, b)   nn.Linear: x @ w.T + b, summed in float32
@@ -10,8 +10,8 @@ x.linear(weight.T, bias), and fused leaves its Tensor as it is).
     lm_head(x, wte)            the tied LM head, over the vocabulary padded to a multiple of 64
 
 Why. A decode step reads each weight once and does two flops a weight, so on a GPU its time is its bytes over the
-memory's bandwidth plus a few microseconds for every kernel it launches, the ramp up and down of each, even
-inside a CUDA graph (docs/benchmarks.md, "On a GPU": about 4 µs a kernel on an H200). So a block is 10 kernels:
+memory's bandwidth plus an overhead for every kernel it launches, the ramp up and down of each, even inside a
+CUDA graph (an estimate, docs/benchmarks.md, "On a GPU"). So a block is 10 kernels:
 ln_1's statistics; q, k, v; the KV write; the scores; their max; their softmax times v; c_proj, adding the
 residual; ln_2's statistics; c_fc, with gelu; c_proj, adding the residual. Each product is one kernel that reads
 its weight once for all the rows of a call (K + 1 in a round), by tens of thousands of threads at neighbouring
@@ -27,11 +27,8 @@ but only for a CONTIGUOUS made inside a tinygrad.function: outside one it turns 
 and the opts are dropped. What it costs: these kernels skip tinygrad's own opts and its BEAM search (--search
 leaves them as they are); an opt that does not fit raises KernelOptError when the kernel compiles; and it relies
 on that path of tinygrad's scheduler, which tests/test_kernels.py watches (a product's threads and addresses, and
-10 kernels a block at GPT-2's widths, compiled for an H100 with no GPU; its control drops the opts).
-
-Measured so, compiled for an H100 (DEV=NULL:CUDA:sm_90, float16, BEAM=0, 2026-11-28): a block launches 10 kernels
-at 1 row and at 5 (15 before: each product was a kernel of partial sums and a kernel adding them up), the
-buffers they bind 1.02 to 1.03 times as large at 5 rows as at 1 (1.46 times before, for gpt2-xl's width).
+10 kernels a block at GPT-2's widths, compiled for an H100 with no GPU; its control drops the opts). What it
+bought, counted so: docs/engine.md.
 """
 from __future__ import annotations
 import math
@@ -41,6 +38,10 @@ from tinygrad.function import function
 from tinygrad.uop.ops import Ops
 
 # ***** the products: nn.Linear and the LM head, each one kernel on a GPU *****
+
+# A compiled call may run more rows than it has tokens (compiled.padded_rows pads them): gpt2.py's KV cache keeps
+# MAX_ROWS - 1 spare positions past the context for the padding rows of the widest call, MAX_ROWS rows
+MAX_ROWS = 64
 
 def workgroups(device: str) -> bool:
   """Whether the device runs threads in workgroups (a GPU; OpenCL): there each product is one kernel laid out by

@@ -1,12 +1,12 @@
 """Measure speculative sampling's speedup as Chen et al. (2023) do (Table 1, Figure 1), on this machine.
 
-    python bench.py --target gpt2-xl --draft gpt2                        # the table for K = 4
-    python bench.py --target gpt2-xl --draft gpt2 --sweep 1,2,3,4,5,6    # one row per K; Figure 1 as PNGs
-    python bench.py --random --target gpt2 --draft 2,4,256 --greedy      # random weights: no download
-    python bench.py --random --target gpt2 --scoring                     # one call of T tokens: the time
-    python bench.py --random --target gpt2 --draft ngram --prompt "..."  # prompt lookup, on your prompt
-    python bench.py --target ckpt/big --draft ckpt/small --vs-hf         # against Hugging Face's
-    DEV=NULL NULL_ALLOW_COPYOUT=1 python bench.py --random --target gpt2-xl --scoring   # host work alone
+    python -m tools.bench --target gpt2-xl --draft gpt2                        # the table for K = 4
+    python -m tools.bench --target gpt2-xl --draft gpt2 --sweep 1,2,3,4,5,6    # one row per K; Figure 1 as PNGs
+    python -m tools.bench --random --target gpt2 --draft 2,4,256 --greedy      # random weights: no download
+    python -m tools.bench --random --target gpt2 --scoring                     # one call of T tokens: the time
+    python -m tools.bench --random --target gpt2 --draft ngram --prompt "..."  # prompt lookup, on your prompt
+    python -m tools.bench --target ckpt/big --draft ckpt/small --vs-hf         # against Hugging Face's
+    DEV=NULL NULL_ALLOW_COPYOUT=1 python -m tools.bench --random --target gpt2-xl --scoring   # host work alone
 
 Method: after a warm-up that compiles every kernel, each prompt is continued by Algorithm 1 and then by
 Algorithm 2 with the same seed, prompt by prompt, so that a change of load on the machine touches both
@@ -29,15 +29,16 @@ import numpy as np
 import tiktoken
 from tinygrad import Context, Device, Tensor, TinyJit, dtypes
 from tinygrad.helpers import GlobalCounters, tqdm
-from compiled import Compiled, calls, searching, step
-from costs import Costs, Stats, break_even_alpha, expected_tokens_per_round, measured_over_predicted
+from costs import TIMED_APART, Costs, Stats, break_even_alpha, expected_tokens_per_round, measured_over_predicted
 from costs import predicted_speedup
 from gpt2 import GPT2
 from sampling import Sampling
-from session import check, load_draft, load_target, main, options, search_kernels, time_parts, warm_up
-from session import warm_up_baseline
-from speculative import Draft, autoregressive_sample, choose_draft, speculative_sample
+from speculative import Draft, autoregressive_sample, speculative_sample
 from weights import LoadError, checkpoint_dir, load_tokenizer, save_model, weights_of
+from engine.compiled import Compiled, beam_of, calls, step
+from tools.parts import time_parts
+from tools.session import choose_draft, load_models, load_named, main, open_run, options, search_kernels, warm_up
+from tools.session import warm_up_baseline
 
 GPT2_VOCAB = 50257
 PROMPT_LEN = 8  # built-in prompts are cut to this many tokens: all runs compile and replay the same kernels
@@ -101,11 +102,9 @@ def machine() -> str:
 def total(stats: list[Stats]) -> Stats:
   """The Stats of several runs pooled: counts and times added, the steps and round timed after each run averaged
   (stopped_by, a word, is left out)."""
-  timed_apart = ("draft_first_time", "draft_call_time", "draft_round_time", "target_call_time", "work_time",
-                 "round_replay_time", "token_call_time")
-  numbers = [f.name for f in fields(Stats) if f.name not in ("stopped_by", *timed_apart)]
+  numbers = [f.name for f in fields(Stats) if f.name not in ("stopped_by", *TIMED_APART)]
   pooled = Stats(**{name: sum(getattr(s, name) for s in stats) for name in numbers})
-  for name in timed_apart:
+  for name in TIMED_APART:
     setattr(pooled, name, float(np.mean([getattr(s, name) for s in stats])))
   return pooled
 
@@ -135,7 +134,7 @@ def summarize(K: int, runs: list[tuple[Stats, Stats]]) -> dict:
   """One row of the table from the runs of one K: pooled figures, and per-prompt ones for the plots. The
   speedup is the decode's (the prompts' prefill left out of both); the cost model's c, r and v come from the
   round's parts and Algorithm 1's call timed in turn after each run (a round is one compiled call: its parts
-  cannot be timed in it), the round's replay only the check."""
+  cannot be timed in it); the round's replay is compared with its parts, never priced."""
   base, spec = total([b for b, _ in runs]), total([s for _, s in runs])
   alpha, costs = spec.acceptance_rate, spec.costs
   speedup, predicted = base.ms_per_token / spec.ms_per_token, predicted_speedup(alpha, costs)
@@ -153,7 +152,7 @@ def summarize(K: int, runs: list[tuple[Stats, Stats]]) -> dict:
           "measured_over_predicted_terms": measured_over_predicted(spec, base),
           # Algorithm 2's round: one compiled call (K draft steps, the target's K+1 rows, tests, draws, read)
           "ms_per_round": 1e3 * spec.round_call_time,
-          # the check: a round replayed ÷ its parts and own work, timed in turn (never a term of predicted)
+          # a round replayed ÷ its parts and own work, timed in turn (never a term of predicted)
           "round_over_parts": spec.round_over_parts, "round_replay_ms": 1e3 * spec.round_replay_time,
           "calls_per_round": spec.compiled_calls / spec.rounds,
           "host_ms_per_round": 1e3 * spec.host_time / spec.compiled_calls,
@@ -202,7 +201,7 @@ def step_cost(model: GPT2, rows: int, sampling: Sampling) -> tuple[int, float]:
   The step is compiled again for this with JIT=2, without JIT graphs, which tinygrad counts as one kernel."""
   call = step(model, rows, sampling)
   with Context(JIT=2):
-    alone = Compiled(call.name, call.signature, call.width, call.build)
+    alone = Compiled(call.name, call.signature, call.beam, call.build)
     for _ in range(2):  # compile and capture, then count one replay
       GlobalCounters.reset()
       alone(PROMPT_LEN, *[0] * rows)
@@ -443,8 +442,8 @@ def parse_sweep(args: argparse.Namespace) -> list[int]:
   except ValueError:
     raise ValueError(f"--sweep is '{args.sweep}': give comma-separated K values such as 1,2,4.") from None
 
-def check_bench(args: argparse.Namespace, Ks: list[int]) -> Sampling:
-  """Refuse bad settings with one sentence each, before any model loads (session.check, then bench.py's own);
+def open_bench(args: argparse.Namespace, Ks: list[int]) -> Sampling:
+  """Refuse bad settings with one sentence each, before any model loads (bench.py's own, then session.open_run);
   return the sampling settings."""
   if args.prompts < 1:
     raise ValueError(f"--prompts is {args.prompts}: it must be at least 1.")
@@ -452,7 +451,7 @@ def check_bench(args: argparse.Namespace, Ks: list[int]) -> Sampling:
     raise ValueError(f"--bandwidth is {args.bandwidth}: give the device's bandwidth in GB/s, more than 0.")
   if args.vs_hf and not choose_draft(args.draft, args.ngram_max, lambda name: name).models:
     raise ValueError("--vs-hf compares two models: give a draft model, not ngram.")
-  return check(args, Ks, 0, args.prompt)
+  return open_run(args, Ks, 0, args.prompt)
 
 def describe(args: argparse.Namespace) -> str:
   """The target and the draft, as the output's header names them."""
@@ -462,12 +461,12 @@ def describe(args: argparse.Namespace) -> str:
 def run_scoring(args: argparse.Namespace, sampling: Sampling) -> None:
   """--scoring: the time of one target call per T, its host part, t(T)/t(1), the arithmetic rate, and t(1)
   against the floor."""
-  target = load_target(args)
+  target = load_named(args, args.target, seed=0)
   cost = scoring_cost(target, SCORING_T, SCORING_REPS, sampling, args.search)
   kind = " (random weights)" if args.random else ""
   print(f"\ndevice {machine()}\ntarget {args.target}{kind}: one call of T tokens with a Sampling head, then "
         f"its probabilities copied to the host; median of {SCORING_REPS}\n"
-        f"{kernels(calls(target), searching(target))}")
+        f"{kernels(calls(target), beam_of(target))}")
   target_bytes = model_bytes(target)
   params = target_bytes // target.wte.weight.dtype.itemsize
   print("  T   total ms    host ms   host share   t(T)/t(1)   GFLOP/s   kernels   bytes ÷ weights")
@@ -524,7 +523,7 @@ def print_floor(args: argparse.Namespace, rows: list[dict], target_bytes: int) -
 
 def run_table(args: argparse.Namespace, Ks: list[int], sampling: Sampling) -> None:
   """The table mode: Algorithm 1 against Algorithm 2 per K, the floor, the JSON results, and the plots."""
-  draft, target = load_draft(args), load_target(args)  # the draft first: the smaller, and the ngram check
+  _, target, draft = load_models(args, tokenizer=False)  # the draft first: the smaller
   prompts, source = prompt_set(args, target.config.vocab_size)
   sizes = model_bytes(target), sum(model_bytes(m) for m in draft.models)
   out = pathlib.Path(args.out)
@@ -536,7 +535,7 @@ def run_table(args: argparse.Namespace, Ks: list[int], sampling: Sampling) -> No
   bar.update(close=True)
   load = (load_before, os.getloadavg()[0])
   print_report(args, rows, sizes, sampling, prompts, source, load)
-  print(kernels(calls(target, *draft.models), searching(target)))
+  print(kernels(calls(target, *draft.models), beam_of(target)))
   costs = step_costs(target, draft, Ks, sampling)
   print(textwrap.fill(costs_line(costs), 110))
   bandwidth = print_floor(args, rows, sizes[0])
@@ -574,7 +573,7 @@ def compare_with_hf(args: argparse.Namespace, target: GPT2, draft: Draft,
 def run(args: argparse.Namespace) -> None:
   """Check the settings, then run --scoring or the table."""
   Ks = parse_sweep(args)
-  sampling = check_bench(args, Ks)
+  sampling = open_bench(args, Ks)
   if args.scoring:
     run_scoring(args, sampling)
   else:

@@ -1,24 +1,23 @@
-"""What both command lines (speculative.py's, in cli.py, and bench.py) do around the algorithms: their shared
-options and checks, opening the device, loading the models, warming up, timing a round's parts and searching
-the kernels. Each option is declared here once; each bad input is refused once, before any model loads.
+"""What both command lines (speculative.py's, in tools/cli.py, and tools/bench.py) do around the algorithms: their
+shared options and checks, opening the device, loading the models, warming up and searching the kernels. Each
+option is declared here once; each bad input is refused once, before any model loads.
 """
 from __future__ import annotations
 import argparse, contextlib, gc, math, multiprocessing, os, signal, sys, threading, time
 from typing import Callable, Iterator
-from tinygrad import Device, Tensor, TinyJit, dtypes
+from tinygrad import Device, Tensor, dtypes
 from tinygrad.helpers import BEAM, DEV
-from compiled import Compiled, calls, on_host_cpu, step, time_calls
-from costs import Stats
 from gpt2 import GPT2
 from sampling import Sampling
-from speculative import Draft, autoregressive_sample, check_request, choose_draft, speculative_sample, token_step
+from speculative import Draft, ModelDraft, NgramDraft, autoregressive_sample, check_request, speculative_sample
 from weights import LoadError, checkpoint_dir, load_model, load_tokenizer, random_model
+from engine.compiled import Compiled, calls, on_host_cpu
 
 # The search after a run's text stops by itself after SEARCH_MINUTES; the next run goes on from the last kernel
 # searched (tinygrad's cache keeps each one). Its expected length: SEARCH_SECONDS_PER_KERNEL for each distinct
-# kernel the calls launch (Compiled.kernel_names): the try-it's 6 calls have 118, which this project's 2-core CPU
-# searched in about 10.5 minutes (docs/benchmarks.md). A rough guide: a larger model's kernels take longer to
-# time, and a faster machine searches faster.
+# kernel the calls launch (Compiled.kernel_names), a rough guide from the try-it's search on this project's CPU
+# (docs/benchmarks.md, "First run and kernel search"): a larger model's kernels take longer to time, and a faster
+# machine searches faster.
 SEARCH_MINUTES = 8.0
 SEARCH_SECONDS_PER_KERNEL = 5.0
 
@@ -49,8 +48,8 @@ def options(ap: argparse.ArgumentParser, max_new_tokens: int) -> None:
   ap.add_argument("--tokenizer", help="folder with GPT-2's encoder.json and vocab.bpe "
                   "(default: the copies shipped in demo/, else tiktoken's download and cache)")
 
-def check(args: argparse.Namespace, Ks: list[int], seed: int, prompt: str | None,
-          device: str | None = None) -> Sampling:
+def open_run(args: argparse.Namespace, Ks: list[int], seed: int, prompt: str | None,
+             device: str | None = None) -> Sampling:
   """Refuse bad settings with one sentence before anything loads (nobody should wait through a 7 GB load to
   hear it), and open the device; the Sampling that every call then takes."""
   sampling = Sampling(args.temperature, args.top_k, args.top_p)
@@ -62,8 +61,8 @@ def check(args: argparse.Namespace, Ks: list[int], seed: int, prompt: str | None
 
 def host_cpu_instead() -> bool:
   """Whether to run on tinygrad's CPU device where tinygrad, with DEV unset, picked an OpenCL driver that runs on
-  this machine's CPU (pocl): the same processor, but clang compiles the try-it's kernels in about 30 s where
-  pocl took over 2 minutes before its first text (docs/benchmarks.md). DEV=CL or --device CL keeps OpenCL."""
+  this machine's CPU (pocl): the same processor, but clang compiles the try-it's kernels several times faster
+  (docs/engine.md). DEV=CL or --device CL keeps OpenCL."""
   if "DEV" in os.environ or Device.DEFAULT == "CPU" or not on_host_cpu(Device.DEFAULT):
     return False
   try:
@@ -96,16 +95,20 @@ def open_device(name: str | None, half: bool) -> None:
 
 # ***** the models *****
 
-def load_all(args: argparse.Namespace) -> tuple[object, GPT2, Draft]:
-  """The tokenizer, the target and the draft; if any cannot be had, one error that names everything missing,
-  before the target loads (the draft, the smaller, loads only when nothing is missing)."""
+def choose_draft(name: str, ngram_max: int, load: Callable[[str], GPT2]) -> Draft:
+  """The draft that --draft names: prompt lookup for "ngram", else ModelDraft(load(name))."""
+  return NgramDraft(ngram_max) if name == "ngram" else ModelDraft(load(name))
+
+def load_models(args: argparse.Namespace, tokenizer: bool = True) -> tuple[object, GPT2, Draft]:
+  """The tokenizer (None unless asked), the target and the draft; if any cannot be had, one error that names
+  everything missing, before the target loads (the draft, the smaller, loads only when nothing is missing)."""
   missing = []
   def note(get: Callable, name: str):  # get(name), or None with its error noted
     try:
       return get(name)
     except LoadError as e:
       missing.append(str(e))
-  enc = note(load_tokenizer, args.tokenizer)
+  enc = note(load_tokenizer, args.tokenizer) if tokenizer else None
   if not args.random:
     note(checkpoint_dir, args.target)  # downloads what is missing; fails fast with no network
   def model(name: str) -> GPT2 | None:  # the draft's: downloaded as the target's, loaded if nothing is missing
@@ -115,22 +118,15 @@ def load_all(args: argparse.Namespace) -> tuple[object, GPT2, Draft]:
   draft = choose_draft(args.draft, args.ngram_max, model)
   if missing:
     raise LoadError(" And: ".join(missing) if len(missing) > 1 else missing[0])
-  return enc, load_target(args), draft
-
-def load_target(args: argparse.Namespace) -> GPT2:
-  """The target q, as --target, --random (seed 0) and --half say."""
-  return load_named(args, args.target, seed=0)
-
-def load_draft(args: argparse.Namespace) -> Draft:
-  """The draft: prompt lookup, or a model p as --draft, --random (seed 1) and --half say."""
-  return choose_draft(args.draft, args.ngram_max, lambda name: load_named(args, name, seed=1))
+  return enc, load_named(args, args.target, seed=0), draft
 
 def load_named(args: argparse.Namespace, name: str, seed: int) -> GPT2:
-  """A checkpoint, or with --random random weights of its shape; float16 with --half."""
+  """The one way a command loads a model by name: a checkpoint, or with --random random weights of its shape
+  (seed 0 for the target, 1 for the draft); float16 with --half."""
   dtype = dtypes.float16 if args.half else dtypes.float32
   return random_model(name, dtype, seed) if args.random else load_model(name, dtype)
 
-# ***** warming up and timing *****
+# ***** warming up *****
 
 @contextlib.contextmanager
 def heartbeat(status: Callable[[], str], every: float = 8.0) -> Iterator[None]:
@@ -161,7 +157,7 @@ def warm_up(target: GPT2, draft: Draft, prompt: list[int], K: int, sampling: Sam
       speculative_sample(target, draft, prompt_tokens, new_tokens, K=K, sampling=sampling, seed=seed, eos=None)
       done.append(1)
   settle()
-  if any(not c.searched and c.width for c in calls(target, *draft.models)):
+  if any(not c.searched and c.beam for c in calls(target, *draft.models)):
     print("(tinygrad's default kernels: the fastest are not searched yet on this machine, so this run "
           "decodes about 2 to 3 times slower than later ones; after its text, it searches them, at most "
           "--search-minutes a run; BEAM=0 skips that)", file=sys.stderr)
@@ -174,53 +170,10 @@ def warm_up_baseline(target: GPT2, prompt: list[int], K: int, sampling: Sampling
 
 def settle() -> None:
   """Collect Python's garbage, then move what survives, among it the millions of tinygrad objects that the
-  compiles left, out of the collector's reach (gc.freeze): else a collection in mid-run walks them all, and
-  one round of the demo pair took 0.4 s instead of 0.07 here."""
+  compiles left, out of the collector's reach (gc.freeze): else a collection in mid-run walks them all, and a
+  round stalls for many times its length (docs/engine.md)."""
   gc.collect()
   gc.freeze()
-
-class Read:
-  """A compiled call whose numbers the host reads after each call, as a run reads a round's or a token's: timed
-  with compiled.time_calls, the read is in its time."""
-  def __init__(self, call: Compiled):
-    self.call = call
-
-  @property
-  def jit(self) -> TinyJit:
-    return self.call.jit
-
-  def __call__(self, *values: int) -> Tensor:
-    out = self.call(*values)
-    self.call.to_host(out)
-    return out
-
-def time_parts(target: GPT2, draft: Draft, K: int, sampling: Sampling, stats: Stats, x: list[int],
-               reps: int = 7, baseline: bool = True) -> None:
-  """Fill in stats with a round's parts, each a compiled call timed alone: the target's step of K+1 rows, the
-  draft's steps and the round's own work (draft.parts); the round itself, the check that it costs its parts;
-  and, with baseline, Algorithm 1's call t(1), the cost model's unit: all replayed after the run in turn
-  (compiled.time_calls), the round, its own work and Algorithm 1's call with their numbers read, as a run reads
-  them. A fused round cannot time its parts, and calls timed apart from each other let a slow spell of the
-  machine fall on one side only (the searched demo pair's round measured 0.93 to 1.67 times its parts, run to
-  run). The round replayed is the one after the middle of the run's text x (its last stats.new_tokens // 2
-  cut), with its last token repeated, so that prompt lookup finds a match and drafts: a round, not a plain
-  target step. Without baseline, Algorithm 1's call is not compiled (its compile costs seconds to minutes), and
-  t(1) stays nan."""
-  n_ctx = min(m.config.n_ctx for m in [target, *draft.models])
-  x = x[:max(min(len(x) - stats.new_tokens // 2, n_ctx - 2), 1)]
-  x, n = x + x[-1:], len(x) + 1
-  call, values, _ = draft.round(target, x, K, K, sampling)
-  *steps, (work, bound) = draft.parts(target, x, K, sampling)
-  calls = [(Read(call), [*values, 0, 0, n - 1]), (step(target, K + 1, sampling), [n - 1, x[-1], *[0] * K]),
-           *steps, (Read(work), [*bound, 0, 0])]
-  if baseline:
-    calls.append((Read(token_step(target, sampling)), [x[-1], 0, 0, n - 1]))
-  with heartbeat(lambda: "timing a round, its parts and Algorithm 1's call, in turn"):
-    times = time_calls(calls, reps)
-  if baseline:
-    stats.token_call_time = times.pop()
-  stats.round_replay_time, stats.target_call_time, *step_times, stats.work_time = times
-  stats.draft_first_time, stats.draft_call_time, stats.draft_round_time = draft.step_times(step_times, stats, K)
 
 # ***** the kernel search *****
 
@@ -255,7 +208,7 @@ def search_kernels(todo: list[Compiled], minutes: float = SEARCH_MINUTES) -> Non
   """Search the fastest kernels of every compiled call run with default ones, so that later runs use them:
   once per machine, cached on disk, at most `minutes` in this run. Ctrl-C stops it; the next run goes on from
   the last kernel searched."""
-  todo = [c for c in todo if not c.searched and c.width]
+  todo = [c for c in todo if not c.searched and c.beam]
   if not todo:
     return
   expected = SEARCH_SECONDS_PER_KERNEL * len(set().union(*(c.kernel_names() for c in todo))) / 60

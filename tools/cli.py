@@ -1,5 +1,5 @@
-"""The command line of speculative.py: stream the text, print what the run measured (the loading, warm-up,
-timing and search it shares with bench.py are in session.py).
+"""The command line of speculative.py: stream the text, print what the run measured (the loading, warm-up and
+search it shares with tools/bench.py are in tools/session.py, the timing of a round's parts in tools/parts.py).
 
     python speculative.py --prompt "Alan Turing theorized that computers would one day become"
     python speculative.py --random --target gpt2 --draft 2,4,256 --prompt "Hello"   # random weights:
@@ -9,11 +9,12 @@ from __future__ import annotations
 import argparse, codecs, math, sys
 from dataclasses import replace
 from tinygrad import Device
-from compiled import calls
 from costs import Stats, break_even_alpha, expected_tokens_per_round, measured_over_predicted, predicted_speedup
-from speculative import EOT, Draft, Stream, autoregressive_sample, check_run, speculative_sample
-from session import SEARCH_MINUTES, check, load_all, main, options, search_kernels, time_parts, warm_up
-from session import warm_up_baseline
+from speculative import EOT, Stream, autoregressive_sample, check_models, speculative_sample
+from engine.compiled import calls
+from tools.parts import time_parts
+from tools.session import SEARCH_MINUTES, load_models, main, open_run, options, search_kernels, warm_up
+from tools.session import warm_up_baseline
 
 # green, yellow, magenta; cyan: a plain target step, in a round where the draft proposed nothing
 COLOURS = {"accepted": "\033[32m", "resampled": "\033[33m", "bonus": "\033[35m", "target": "\033[36m"}
@@ -28,25 +29,27 @@ def printer(enc, trace: bool) -> Stream:
       print(f"{COLOURS[o]}{text}\033[0m" if trace and o in COLOURS else text, end="", flush=True)
   return show
 
-def report(stats: Stats, K: int | None = None, draft: Draft | None = None) -> str:
-  """The stats block: counts, α̂ against the expected tokens per round, times and tokens/s; with K and the draft,
-  Algorithm 2's, else Algorithm 1's."""
+def report(stats: Stats, K: int | None = None) -> str:
+  """The stats block: counts, α̂ against the expected tokens per round, times and tokens/s; with K, Algorithm 2's,
+  else Algorithm 1's."""
   lines = [f"new tokens            {stats.new_tokens} (stopped by {stats.stopped_by})",
            f"target calls          {stats.rounds}"]
   if K is not None:
     a, checked, m = stats.acceptance_rate, stats.accepted + stats.rejected, stats.costs
     plain = f"; {stats.plain_rounds} plain target steps, 1 token each" if stats.plain_rounds else ""
+    drafting = ("found on the host, outside the round's call" if math.isnan(stats.draft_first_time) else
+                f"one draft step of 1 row; a round's first, 2 rows: {1e3 * stats.draft_first_time:.2f} ms")
     lines += [f"acceptance rate α̂     {a:.3f} = {stats.accepted} accepted ÷ {checked} checked drafts "
               f"({stats.drafted} drafted; those after a rejection are never checked)",
               f"tokens/target call    {stats.tokens_per_target_call:.2f} (expected (1 - α^(K+1)) / (1 - α) "
               f"at α̂ and K = {m.K:.2f} drafted per call{plain}: {m.tokens(a):.2f})",
               f"time per round        {1e3 * stats.round_call_time:.2f} ms (one compiled call: drafts, "
               "target, tests and draws)",
-              f"time per draft token  {1e3 * stats.draft_call_time:.2f} ms ({draft.timing(stats)})",
+              f"time per draft token  {1e3 * stats.draft_call_time:.2f} ms ({drafting})",
               f"time per target call  {1e3 * stats.target_call_time:.1f} ms ({K + 1} rows)",
               f"round's own work      {1e3 * stats.work_time:.2f} ms (its draws, tests and read, compiled and timed "
               "alone)",
-              f"round ÷ its parts     {stats.round_over_parts:.2f} (the check, replayed in turn after the run: a "
+              f"round ÷ its parts     {stats.round_over_parts:.2f} (replayed in turn after the run: a "
               f"round {1e3 * stats.round_replay_time:.2f} ms, its parts and own work {1e3 * stats.round_parts_time:.2f}"
               " ms)"]
   else:
@@ -123,13 +126,13 @@ def run(args: argparse.Namespace) -> None:
   if not args.search_minutes > 0:
     raise ValueError(f"--search-minutes is {args.search_minutes}: it must be more than 0 (BEAM=0 turns the "
                      "search off).")
-  sampling = check(args, [K], args.seed, args.prompt, args.device)
-  enc, target, draft = load_all(args)
+  sampling = open_run(args, [K], args.seed, args.prompt, args.device)
+  enc, target, draft = load_models(args)
   if target.config.vocab_size != enc.n_vocab:
     raise ValueError(f"{args.target} has a vocabulary of {target.config.vocab_size} tokens, "
                      f"not GPT-2's {enc.n_vocab}: the GPT-2 tokenizer cannot drive it.")
   prompt = enc.encode(args.prompt)
-  check_run([target, *draft.models], prompt)
+  check_models([target, *draft.models], prompt)
   warm_up(target, draft, prompt, K, sampling, args.seed)
   print(args.prompt, end="", flush=True)
   tokens, _, stats = speculative_sample(target, draft, prompt, args.max_new_tokens, K=K, sampling=sampling,
@@ -140,7 +143,7 @@ def run(args: argparse.Namespace) -> None:
   time_parts(target, draft, K, sampling, stats, prompt + tokens, baseline=args.compare)
   print(f"\n--- Algorithm 2 (speculative): target {args.target}, draft {args.draft}, K={K}, "
         f"device {Device.DEFAULT}")
-  print(report(stats, K, draft))
+  print(report(stats, K))
   base = None
   if args.compare:
     # Algorithm 1 streams its text too, so that both runs are timed alike
