@@ -75,8 +75,9 @@ def sample(weights: np.ndarray, rng: np.random.Generator) -> int:
   """Draw a token with probability weight / sum(weights), by inverse CDF with one uniform number from rng.
 
   The CDF is walked in two short steps, over blocks of CDF_BLOCK tokens and then inside the chosen block: the same
-  draw as one cumulative sum over the whole vocabulary, but about 8 times faster for GPT-2's 50257 tokens,
-  which matters as every draft token costs one draw. A zero-weight token is never drawn.
+  draw as one cumulative sum over the whole vocabulary, but two short running sums (197 block totals, then 256
+  tokens) instead of one of GPT-2's 50257 tokens, which matters as every draft token costs one draw. A
+  zero-weight token is never drawn.
   """
   sums = np.add.reduceat(weights, np.arange(0, len(weights), CDF_BLOCK))  # each block's total
   cdf = np.cumsum(sums)

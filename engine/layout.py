@@ -158,7 +158,7 @@ class LayerNorm:
     rstd = (square - mean * mean).maximum(0).add(self.eps).rsqrt()
     normalised = ((xf - mean) * rstd * self.weight + self.bias).cast(x.dtype)
     # Inside the matmul's load it is redone for every output column: where arithmetic is scarce (tinygrad's CPU
-    # device: a 5-row step's matmuls up to 1.5 times slower), compiled calls have it written out once instead
+    # device: docs/engine.md), compiled calls have it written out once instead
     return normalised.contiguous() if self.written else normalised
 
   def prepare(self, written: bool) -> None:

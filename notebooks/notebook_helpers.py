@@ -18,7 +18,8 @@ if str(REPO) not in sys.path:
   sys.path.insert(0, str(REPO))
 from tinygrad.nn.state import get_parameters  # noqa: E402
 from gpt2 import GPT2  # noqa: E402
-from speculative import EOT, random_bits  # noqa: E402
+from sampling import random_bits  # noqa: E402
+from speculative import EOT  # noqa: E402
 from weights import load_model, random_model  # noqa: E402
 
 TINY_SHAPE = "2,2,32"  # n_layer, n_head, n_embd: a toy body on GPT-2's vocabulary and context
@@ -81,9 +82,9 @@ class Uniforms:
 
 def round_uniforms(seed: int, counter: int, K: int) -> dict[str, np.ndarray]:
   """The uniform numbers of round `counter` of speculative_sample(..., seed=seed) with a model draft, as the
-  device uses them: its 3K + 2 random uint32 (speculative.random_bits) become the K accept-test r's
-  ("r", as speculative.uniform makes them: top 24 bits + ½, times 2^-24), the final draw's uniform ("final":
-  the residual or bonus draw, 48 bits as speculative.draw reads them) and one uniform per draft ("drafts")."""
+  device uses them: its 3K + 2 random uint32 (sampling.random_bits) become the K accept-test r's
+  ("r", as sampling.uniform makes them: top 24 bits + ½, times 2^-24), the final draw's uniform ("final":
+  the residual or bonus draw, 48 bits as sampling.draw reads them) and one uniform per draft ("drafts")."""
   bits = random_bits(seed, counter, 3 * K + 2).numpy().astype(np.int64) >> 8  # 24 bits each
   draw = lambda hi, lo: (hi * 2**24 + lo) / 2**48
   return {"r": (bits[:K] + 0.5) * 2.0**-24, "final": draw(bits[K], bits[K + 1]),

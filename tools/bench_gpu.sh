@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# The GPU measurement of docs/benchmarks.md: gpt2-xl drafted by gpt2 on an NVIDIA card (bench.py: random weights
+# The GPU measurement of docs/benchmarks.md: gpt2-xl drafted by gpt2 on an NVIDIA card (tools/bench.py: random weights
 # in float16, K = 4, 48 new tokens, 2 prompts, tinygrad's default kernels (BEAM=0), --bandwidth of the card),
 # each model's steps of 1 and 5 rows kernel by kernel (JIT=2 DEBUG=2, after the timed runs), then summary.md:
 # Algorithm 1 against its memory floor, r, c, a round ÷ its parts, the measured speedup, the cost model's
 # prediction, the break-even α, what the measured costs give at α = 0.71, and issue 58's bounds, pass or fail.
 #
-#   bash bench_gpu.sh                   # a plain clone: pip installs what is missing (requirements*.txt)
-#   bash bench_gpu.sh --before aa872a4  # and an older commit (git archive into a temp folder), same card
-#   bash bench_gpu.sh --search          # instead of now: this checkout's kernels searched for SEARCH_MINUTES
+#   bash tools/bench_gpu.sh                   # a plain clone: pip installs what is missing (requirements*.txt)
+#   bash tools/bench_gpu.sh --before aa872a4  # and an older commit (git archive into a temp folder), same card
+#   bash tools/bench_gpu.sh --search          # instead of now: this checkout's kernels searched for SEARCH_MINUTES
 #                                       # (default 6) by speculative.py --compare (Algorithm 1's step too), timed
-#   bash bench_gpu.sh --wheel DIR ...   # an offline machine: the tinygrad wheel in DIR, installed --no-index
+#   bash tools/bench_gpu.sh --wheel DIR ...   # an offline machine: the tinygrad wheel in DIR, installed --no-index
 #
 # now is timed first: the older tree (a commit with git, or a folder holding one; GPT-2's tokenizer is copied in
 # from demo/) compiles beside it, then waits for it to end, so that a failure there loses nothing; the summary is
@@ -23,16 +23,16 @@
 #   python3 -m pip download --no-deps -d .gpu/wheels tinygrad==0.14.0
 #   mkdir -p .gpu/before && git archive aa872a4 | tar -x -C .gpu/before --exclude=demo --exclude=notebooks
 # then one call there, carrying .gpu/wheels and .gpu/before, with a timeout of 600 s:
-#   bash bench_gpu.sh --wheel .gpu/wheels --before .gpu/before
+#   bash tools/bench_gpu.sh --wheel .gpu/wheels --before .gpu/before
 # Its time is the CPU's (tinygrad schedules and compiles every call; the GPU mostly waits): tried on
 # DEV=NULL:CUDA:sm_90 with an empty kernel cache, gpt2-xl + gpt2 with --before took 10.5 to 11 min of CPU on this
 # project's machine (16 to 17 min on its 2 busy cores), 6 of them now's; with the two trees' compiles side by side,
 # expect 6 to 9 min there, now's summary after 5 to 6. --search: about twice a default run, plus SEARCH_MINUTES.
 #
 # With no GPU, NVRTC compiles every kernel for an H100 and none runs (the times mean nothing; 4 min with --before):
-#   DEV=NULL:CUDA:sm_90 NULL_ALLOW_COPYOUT=1 TARGET=2,25,1600 DRAFT=1,12,768 bash bench_gpu.sh --before aa872a4
+#   DEV=NULL:CUDA:sm_90 NULL_ALLOW_COPYOUT=1 TARGET=2,25,1600 DRAFT=1,12,768 bash tools/bench_gpu.sh --before aa872a4
 set -uo pipefail
-cd "$(dirname "$0")"
+cd "$(dirname "$0")/.."  # the repository root, where the commands run
 py="${PYTHON:-python3}" wheel="" before="" search=0
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -40,7 +40,7 @@ while [ $# -gt 0 ]; do
     --before) before="${2:?--before needs a commit or a folder}"; shift 2 ;;
     --search) search=1; shift ;;
     -h|--help) sed -n '2,/^set /p' "$0" | sed '$d'; exit 0 ;;
-    *) echo "unknown option $1 (bash bench_gpu.sh --help)" >&2; exit 2 ;;
+    *) echo "unknown option $1 (bash tools/bench_gpu.sh --help)" >&2; exit 2 ;;
   esac
 done
 out="$(mkdir -p "${OUT:-.gpu/out}" && cd "${OUT:-.gpu/out}" && pwd)" work="$(mktemp -d)"
@@ -93,7 +93,10 @@ runs=() times="" failed=0
 # tree compiles beside this one and takes its turn on the GPU after it
 BENCH='
 import contextlib, os, pathlib, sys, time
-import bench
+try:
+  from tools import bench
+except ImportError:  # an older tree (--before): bench.py at its root
+  import bench
 from tinygrad import Context
 log, header = sys.argv.pop(1), [f"##### {sys.argv.pop(1)}"]
 cost, warm_up_baseline = bench.step_cost, bench.warm_up_baseline
@@ -149,7 +152,7 @@ summary() {
 import json, pathlib, sys
 out, bandwidth, about, times, runs = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
 try:  # this checkout's cost model: what the measured costs give at α = 0.71
-  from bench import ALPHA_REAL, row_costs
+  from tools.bench import ALPHA_REAL, row_costs
   from costs import predicted_speedup
 except Exception as e:
   ALPHA_REAL, row_costs = 0.71, None
