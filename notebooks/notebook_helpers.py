@@ -2,7 +2,7 @@
 and plot defaults.
 
 Text and acceptance rates in the saved outputs come from the demo pair (demo-target, demo-draft: small GPT-2s
-trained by train.py on Python's documentation, shipped in demo/). Where a notebook needs exact small cases, it
+trained by demo/train.py on Python's documentation, shipped in demo/). Where a notebook needs exact small cases, it
 uses tiny random-weight stand-ins built by the package (weights.random_model), with GPT-2's full vocabulary, so
 that real prompts tokenize and decode. A tiny draft is the target's network drawn with the same seed, its
 weights scaled a little smaller: the same network, a little flatter, so it agrees with the target often, as a

@@ -1,4 +1,4 @@
-"""The demo pair shipped in demo/, trained by train.py on the documentation's sources (python3.11-doc; these
+"""The demo pair shipped in demo/, trained by demo/train.py on the documentation's sources (python3.11-doc; these
 tests skip without them): it loads by name, its shapes are what docs/demo.md says, the tokens it may not emit
 stay below 1e-3 of the probability at every position, on the held-out files the target beats a bigram of the
 training text by the margin docs/demo.md states and the draft sits between them, greedy text from held-out
@@ -8,7 +8,8 @@ import json, re
 import numpy as np, pytest
 from tinygrad import Tensor
 from tiny import REPO
-import train
+import demo.corpus
+from demo import train
 from gpt2 import GPT2, GPT2Config
 from engine import compiled
 from sampling import Sampling
@@ -18,8 +19,8 @@ from weights import DEMO, load_model, load_tokenizer, weights_of
 pytestmark = [pytest.mark.slow,  # the slow tier: python -m pytest -m slow
               pytest.mark.skipif(not all((d / "model.safetensors").is_file() for d in DEMO.values()),
                                  reason="the demo pair is not in demo/"),
-              pytest.mark.skipif(not train.DOCS.is_dir(), reason=f"no documentation sources in {train.DOCS}: "
-                                 "apt-get install -y python3.11-doc")]
+              pytest.mark.skipif(not demo.corpus.DOCS.is_dir(), reason="no documentation sources in "
+                                 f"{demo.corpus.DOCS}: apt-get install -y python3.11-doc")]
 
 README_PROMPT = "A module is a file containing Python definitions and statements."  # tutorial/modules
 # beginnings of sentences of held-out files, which the training text does not hold (checked below)
@@ -36,7 +37,7 @@ def pair():
 @pytest.fixture(scope="module")
 def corpus():
   enc = load_tokenizer()
-  train_ids, val_ids, used = train.corpus(enc)
+  train_ids, val_ids, used = demo.corpus.corpus(enc)
   return enc, train_ids, val_ids, used
 
 @pytest.fixture(scope="module")
@@ -67,9 +68,9 @@ def test_tokens_off_the_corpus_get_almost_nothing(pair, corpus):
     assert probs[:, off].sum(-1).max() < 1e-3
 
 def test_target_beats_the_bigram_and_the_draft_sits_between(pair, corpus):
-  """On the first quarter of the held-out stream (112 windows of 256 tokens; `train.py --eval` scores it all),
-  over the targets the pair may emit: the target's perplexity is at most 0.6 of the interpolated bigram's (fit
-  on the training files), and the draft's is between the two."""
+  """On the first quarter of the held-out stream (112 windows of 256 tokens; `python -m demo.train --eval` scores
+  it all), over the targets the pair may emit: the target's perplexity is at most 0.6 of the interpolated
+  bigram's (fit on the training files), and the draft's is between the two."""
   _, train_ids, val_ids, used = corpus
   val_ids = val_ids[:len(val_ids) // 4]
   bigram = train.bigram_perplexity(train_ids, val_ids, used)
@@ -77,7 +78,7 @@ def test_target_beats_the_bigram_and_the_draft_sits_between(pair, corpus):
   assert target <= 0.6 * bigram and target < draft < bigram, (target, draft, bigram)
 
 def untrained(shape: GPT2Config, used: np.ndarray) -> GPT2:
-  """The control: the target's shape at GPT-2's initialisation, ln_f pinned and widened as train.py does."""
+  """The control: the target's shape at GPT-2's initialisation, ln_f pinned and widened as demo/train.py does."""
   model = GPT2(GPT2Config(shape.n_layer, shape.n_head, shape.n_embd, len(used), shape.n_ctx))
   rng = np.random.default_rng(0)
   for name, w in weights_of(model).items():

@@ -1,6 +1,6 @@
 """Only Compiled.search searches kernels: importing the project sets nothing in tinygrad, and with BEAM=2 in the
 environment (which tinygrad reads too, and would act on in every kernel it compiles) loading a model, training a
-step and train.py's evaluation search no kernel. Its control: a sum realized outside them does search."""
+step and demo/train.py's evaluation search no kernel. Its control: a sum realized outside them does search."""
 import os, subprocess, sys
 import pytest
 from tiny import REPO, TOKENIZER_DIR, small_docs, write_checkpoint
@@ -13,7 +13,8 @@ SCRIPT = """
 import dataclasses, pathlib, sqlite3, sys
 import tinygrad.helpers as helpers
 from tinygrad import Tensor
-import gpt2, speculative, train, weights
+import gpt2, speculative, weights
+from demo import train
 from engine import compiled
 from tools import session
 assert helpers.BEAM.value == 2, "importing the project changed BEAM"

@@ -1,27 +1,31 @@
-"""train.py: the documentation's reStructuredText turned into prose, its split by file and the vocabulary the
-pair may emit; the bigram baseline, the export through gpt2.py that keeps the tokens the pair may not emit
-below 1e-6 of the probability, the moving average of the weights, the pieces of unlikelihood fine-tuning (a
-loop's tokens found, and pushed down), and a short training run on a small folder of sources that learns,
-resumes and exports.
+"""demo/corpus.py and demo/train.py: the documentation's reStructuredText turned into prose, pinned to the
+corpus that trained the pair, its split by file and the vocabulary the pair may emit; the bigram baseline, the
+export through gpt2.py that keeps the tokens the pair may not emit below 1e-6 of the probability, the moving
+average of the weights, the pieces of unlikelihood fine-tuning (a loop's tokens found, and pushed down), and a
+short training run on a small folder of sources that learns, resumes and exports.
 No full training run: the shipped pair's own checks are in test_demo.py. The tests that read the documentation's
 sources skip when they are not installed (apt-get install -y python3.11-doc)."""
-import dataclasses, json, math, re, zlib
+import dataclasses, hashlib, json, math, os, re, subprocess, sys, zlib
 import numpy as np, pytest
 from tinygrad import Tensor
-from tiny import TOKENIZER_DIR, run_script, small_docs
-import train
+from tiny import REPO, TOKENIZER_DIR, small_docs
+from demo import corpus, train
 from weights import load_model, load_tokenizer
 
 NEEDS_TOKENIZER = pytest.mark.skipif(not (TOKENIZER_DIR / "vocab.bpe").is_file(),
                                      reason="no GPT-2 tokenizer files in demo/")
-NEEDS_DOCS = pytest.mark.skipif(not train.DOCS.is_dir(), reason=f"no documentation sources in {train.DOCS}: "
+NEEDS_DOCS = pytest.mark.skipif(not corpus.DOCS.is_dir(), reason=f"no documentation sources in {corpus.DOCS}: "
                                 "apt-get install -y python3.11-doc")
 NEEDS_HF = "training runs in PyTorch on transformers' GPT2LMHeadModel: pip install -r requirements-hf.txt"
 
-def test_help():
-  out = run_script("train.py", "--help")
+def test_help_from_the_root():
+  """`python -m demo.train --help` runs from the repository's root, as docs/demo.md says; the default --out and
+  --checkpoints are under the root (demo/, checkpoints/), where they were before train.py moved into demo/."""
+  out = subprocess.run([sys.executable, "-m", "demo.train", "--help"], capture_output=True, text=True, cwd=REPO,
+                       env={**os.environ, "DEV": os.environ.get("DEV", "CPU")}, timeout=600)
   assert out.returncode == 0 and all(f in out.stdout for f in ("--model", "--steps", "--checkpoints", "--eval",
                                                                "--docs", "--export"))
+  assert train.ROOT == REPO
 
 RST = """\
 .. _spam-intro:
@@ -116,9 +120,9 @@ def test_rst_text_turns_markup_into_what_sphinx_shows():
   notes, audit events and availability in Sphinx's words; paragraphs and list items on one line each. Left
   out: code after "::" and in code directives, interactive sessions, tables, transitions, comments, the index,
   footnotes and their heading."""
-  labels = train.section_labels([RST])
+  labels = corpus.section_labels([RST])
   assert labels == {"spam-intro": "spam --- An example module"}
-  assert train.rst_text(RST, labels).split("\n") == [
+  assert corpus.rst_text(RST, labels).split("\n") == [
     "spam --- An example module",
     "This module is only an example. It wraps the len() and str.lower() functions, the class OrderedDict and the "
     "constant None (see PEP 8, the introduction, spam --- An example module, iterables and the web page). A "
@@ -142,25 +146,25 @@ def test_doc_files_reads_both_layouts_and_says_what_to_install(tmp_path):
     (tmp_path / suffix / "library").mkdir(parents=True)
     (tmp_path / suffix / "library" / f"os{suffix}").write_text("os\n==\n")
     (tmp_path / suffix / f"glossary{suffix}").write_text("")
-    assert list(train.doc_files(tmp_path / suffix)) == ["glossary", "library/os"]
+    assert list(corpus.doc_files(tmp_path / suffix)) == ["glossary", "library/os"]
   with pytest.raises(SystemExit, match=r"apt-get install -y python3\.11-doc.*Doc/"):
-    train.doc_files(tmp_path / "nothing")
+    corpus.doc_files(tmp_path / "nothing")
 
 def test_held_out_files_are_named_by_their_crc():
   """A file is held out when the CRC-32 of its name is divisible by 10, whatever else the folder holds."""
-  assert all(train.held_out(n) for n in train.DOCS_HELD_OUT)
-  assert all(zlib.crc32(n.encode()) % 10 == 0 for n in train.DOCS_HELD_OUT)
-  assert not train.held_out("library/os") and not train.held_out("library/functions")
-  assert train.held_out("reference/compound_stmts") and train.held_out("tutorial/modules")
+  assert all(corpus.held_out(n) for n in corpus.DOCS_HELD_OUT)
+  assert all(zlib.crc32(n.encode()) % 10 == 0 for n in corpus.DOCS_HELD_OUT)
+  assert not corpus.held_out("library/os") and not corpus.held_out("library/functions")
+  assert corpus.held_out("reference/compound_stmts") and corpus.held_out("tutorial/modules")
 
 @pytest.mark.slow
 @NEEDS_DOCS
 def test_the_documentation_becomes_prose_with_no_markup_left():
   """Every file that goes in (TREES) converts with no role, literal, directive or comment left, no blank line
   and no margin; the held-out files are DOCS_HELD_OUT, and a sentence of the docs reads as Sphinx shows it."""
-  train_files, held = train.docs_split()
-  assert sorted(held) == train.DOCS_HELD_OUT and not set(train_files) & set(held)
-  assert len(train_files) == 352 and all(n.startswith(train.TREES) for n in [*train_files, *held])
+  train_files, held = corpus.docs_split()
+  assert sorted(held) == corpus.DOCS_HELD_OUT and not set(train_files) & set(held)
+  assert len(train_files) == 352 and all(n.startswith(corpus.TREES) for n in [*train_files, *held])
   assert not any(n.startswith(("whatsnew/", "c-api/", "extending/", "distutils/")) for n in train_files)
   for name, text in [*train_files.items(), *held.items()]:
     assert text and not re.search(r":[\w:-]+:`|``|^\.\. |^ |\n\n", text, re.M), name
@@ -175,15 +179,34 @@ def test_corpus_splits_by_file_and_emits_only_what_training_uses():
   at least MIN_COUNT times (none that only the held-out files use), and the held-out targets outside them are
   few: 1.55 % in 3.11.2."""
   enc = load_tokenizer(TOKENIZER_DIR)
-  train_ids, val_ids, used = train.corpus(enc)
-  train_files, held = train.docs_split()
+  train_ids, val_ids, used = corpus.corpus(enc)
+  train_files, held = corpus.docs_split()
   assert val_ids.tolist() == enc.encode("\n".join(held.values()))
   assert 1_000_000 < len(train_ids) < 1_300_000 and 0.08 < len(val_ids) / len(train_ids) < 0.13
   ids, counts = np.unique(train_ids, return_counts=True)
-  assert used.tolist() == ids[counts >= train.MIN_COUNT].tolist() and 10_000 < len(used) < 12_000
+  assert used.tolist() == ids[counts >= corpus.MIN_COUNT].tolist() and 10_000 < len(used) < 12_000
   outside = ~np.isin(val_ids, used)
   assert 0.005 < outside.mean() < 0.03
   assert (train.emit_index(val_ids, used) == len(used)).tolist() == outside.tolist()
+
+@pytest.mark.slow
+@NEEDS_DOCS
+@NEEDS_TOKENIZER
+def test_the_corpus_is_the_one_the_pair_was_trained_on():
+  """The prose and its tokens, pinned to those of 3.11.2's sources that trained the shipped pair (docs/demo.md):
+  the SHA-256 of the training and of the held-out text (their files joined by a line break, 4,845,786 and
+  502,834 bytes), 1,122,286 training and 114,865 held-out tokens, and 16,265 distinct training tokens, of which
+  the pair may emit 11,041 and 5,224 are rarer. A change to the converter that changes one character fails."""
+  train_files, held = corpus.docs_split()
+  texts = ["\n".join(t.values()).encode() for t in (train_files, held)]
+  assert [len(t) for t in texts] == [4_845_786, 502_834]
+  assert [hashlib.sha256(t).hexdigest() for t in texts] == [
+    "f44e7dac40d2b0d881bbc454bc2e6611eda9dc3b962cafd2c567ea17dde765fa",
+    "0c97225b970ee9316654199edcc7f8292c2eb4b5533f45289db45059f71a0802"]
+  train_ids, val_ids, used = corpus.corpus(load_tokenizer(TOKENIZER_DIR))
+  distinct = len(np.unique(train_ids))
+  assert (len(train_ids), len(val_ids), distinct, len(used), distinct - len(used)) == \
+         (1_122_286, 114_865, 16_265, 11_041, 5_224)
 
 def test_bigram_baseline_by_hand():
   """0.6 x bigram + 0.4 x add-one unigram over the used tokens, on the targets a model scores (windows of T)."""
@@ -271,10 +294,10 @@ def test_a_short_run_learns_resumes_and_saves_a_loadable_model(tmp_path):
   pytest.importorskip("torch", reason=NEEDS_HF)
   pytest.importorskip("transformers", reason=NEEDS_HF)
   docs = small_docs(tmp_path / "docs")
-  assert train.held_out("tutorial/modules") and not train.held_out("library/os")
+  assert corpus.held_out("tutorial/modules") and not corpus.held_out("library/os")
   train.train("tiny", TINY, tmp_path / "out", tmp_path / "ckpt", seed=0, fresh=False, docs=docs)
   state = json.loads((tmp_path / "ckpt" / "train-tiny" / "state.json").read_text())
-  _, _, used = train.corpus(load_tokenizer(TOKENIZER_DIR), docs)
+  _, _, used = corpus.corpus(load_tokenizer(TOKENIZER_DIR), docs)
   assert state["step"] == 40 and [h[0] for h in state["history"]] == [20, 40]
   assert state["best"] < math.log(len(used)) - 1
   config = json.loads((tmp_path / "out" / "tiny" / "config.json").read_text())

@@ -1,34 +1,28 @@
-"""Train the demo pair: a target and a draft GPT-2 on Python's own documentation, so that this repository shows
-real text and a real acceptance rate with no download.
+"""The trainer of the demo pair: a target and a draft GPT-2 trained on Python's own documentation, so that this
+repository shows real text and a real acceptance rate with no download. Run it from the repository's root:
 
-    python train.py --model target        # into demo/target (resumes from checkpoints/train-target/)
-    python train.py --model draft         # into demo/draft
-    python train.py --eval                # held-out perplexity of the pair in demo/ and of the bigram baseline
-    python train.py --model draft --steps 50 --out /tmp/pair   # a quick try
+    python -m demo.train --model target   # into demo/target (resumes from checkpoints/train-target/)
+    python -m demo.train --model draft    # into demo/draft
+    python -m demo.train --eval           # held-out perplexity of the pair in demo/ and of the bigram baseline
+    python -m demo.train --model draft --steps 50 --out /tmp/pair   # a quick try
 
-The corpus is the documentation's reStructuredText sources, version 3.11.2 as Debian's python3.11-doc ships
-them (DOCS; --docs takes a CPython checkout's Doc/ instead), turned into prose (rst_text): roles and links to
-the text Sphinx shows, API directives to their signature and description, notes and version notes in Sphinx's
-words, each paragraph on one line; code, tables and the index left out. The trees that go in are TREES (the
-tutorial, the references, the HOWTOs, the FAQ, ...; not the changelogs or the C API), and about one file in 10
-is held out whole (held_out, DOCS_HELD_OUT).
-
-The models keep GPT-2's tokenizer and all its 50257 tokens, but train on the 11,041 that the training files use
-at least MIN_COUNT times (an output layer 4.5 times narrower, so about that much cheaper) and one row, OTHER, that
-every other token shares as input and that is never a target; exported, all the others get that row, which keeps
-their total probability below 1e-6 (see expand). Each model keeps a moving average of its weights (follow), is
-early stopped on the held-out files and then temperature-scaled on them (calibrate). SIZES are the recipes that
-made the pair in demo/.
+The corpus is the documentation's reStructuredText sources turned into prose, split by file (demo/corpus.py;
+--docs names the sources' folder). The models keep GPT-2's tokenizer and all its 50257 tokens, but train on the
+11,041 that the training files use at least corpus.MIN_COUNT times (an output layer 4.5 times narrower, so about
+that much cheaper) and one row, OTHER, that every other token shares as input and that is never a target;
+exported, all the others get that row, which keeps their total probability below 1e-6 (see expand). Each model
+keeps a moving average of its weights (follow), is early stopped on the held-out files and then
+temperature-scaled on them (calibrate). SIZES are the recipes that made the pair in demo/.
 
 The training loop runs in PyTorch, on Hugging Face's own GPT2LMHeadModel (requirements-hf.txt), on a GPU when
-torch has one and on one CPU core otherwise: a core trains these shapes 8 to 17 times faster than tinygrad
-0.14's default kernels (docs/log.md has the figures). Everything after training is this project's own code:
-the weights are exported through gpt2.py's GPT2 and weights.save_model, and --eval scores the shipped float16
-files with gpt2.py. A run that is cut short resumes from its last evaluation (--checkpoints); --fresh starts
-over.
+torch has one and on one CPU core otherwise, where it trains these shapes many times faster than tinygrad 0.14's
+default kernels (how much, measured: docs/demo.md, "Why PyTorch"). Everything after training is this project's
+own code: the weights are exported through gpt2.py's GPT2 and weights.save_model, and --eval scores the shipped
+float16 files with gpt2.py. A run that is cut short resumes from its last evaluation (--checkpoints); --fresh
+starts over.
 """
 from __future__ import annotations
-import argparse, functools, hashlib, json, math, pathlib, re, sys, time, zlib
+import argparse, hashlib, json, math, pathlib, re, sys, time
 from collections import Counter
 from dataclasses import dataclass, replace
 import numpy as np
@@ -37,8 +31,9 @@ from tinygrad.nn.state import load_state_dict
 from gpt2 import GPT2, GPT2Config
 from sampling import Sampling
 from weights import hf_to_tinyspec, load_tokenizer, save_model, weights_of
+from demo.corpus import DOCS, corpus
 
-ROOT = pathlib.Path(__file__).resolve().parent
+ROOT = pathlib.Path(__file__).resolve().parents[1]  # the repository's root: demo/ and checkpoints/ are in it
 OFF = 1000.0  # every token the corpus never uses gets the logit -OFF: see expand
 
 @dataclass(frozen=True)
@@ -64,297 +59,6 @@ SIZES = {  # the recipes of the pair shipped in demo/ (docs/demo.md)
   "draft":  Recipe(GPT2Config(n_layer=2, n_head=2, n_embd=64, n_ctx=256), 6000, 3e-3, 0.0, 0.1, warmup=200,
                    eval_every=250, average=0.99),
 }
-# --- the corpus: Python's documentation, from its reStructuredText sources ---
-
-DOCS = pathlib.Path("/usr/share/doc/python3.11/html/_sources")  # where Debian's python3.11-doc puts them
-DOCS_VERSION = "3.11.2"  # the documentation's version there (the package python3.11-doc 3.11.2-6+deb12u9)
-INSTALL = ("install Python's documentation sources with `apt-get install -y python3.11-doc`, or pass a CPython "
-           "checkout's Doc/ folder with --docs")
-# the trees that go in: the prose about Python (the tutorial, the language and library references, the HOWTOs,
-# the FAQ, the glossary, setup and packaging); left out: whatsnew (changelogs: lists of changes, contributors'
-# names and issue numbers), c-api and extending (CPython's C API), distutils and install (the legacy distutils,
-# removed in 3.12), and the pages about the documentation itself (about, bugs, contents, copyright, license)
-TREES = ("tutorial/", "reference/", "library/", "howto/", "faq/", "glossary", "using/", "installing/",
-         "distributing/")
-HELD_OUT = 10   # a file is held out when the CRC-32 of its name (library/os) is divisible by this: see held_out
-MIN_COUNT = 3   # a token may be emitted when the training files use it at least this many times
-
-# --- the documentation's reStructuredText, as prose ---
-
-SIGNATURE = {"function": "", "method": "", "classmethod": "classmethod ", "staticmethod": "static ",
-             "coroutinefunction": "coroutine ", "coroutinemethod": "coroutine ", "awaitablefunction": "awaitable ",
-             "abstractmethod": "abstractmethod ", "class": "class ", "exception": "exception ", "decorator": "@",
-             "decoratormethod": "@", "attribute": "", "data": "", "describe": "", "object": "", "opcode": "",
-             "cmdoption": "", "option": "", "envvar": "", "pdbcommand": "", "2to3fixer": "", "monitoring-event": ""}
-ADMONITION = {"note": "Note", "warning": "Warning", "important": "Important", "caution": "Caution", "tip": "Tip",
-              "hint": "Hint", "attention": "Attention", "danger": "Danger", "error": "Error", "seealso": "See also",
-              "impl-detail": "CPython implementation detail"}
-VERSIONED = {"versionadded": "New in version {}", "versionchanged": "Changed in version {}",
-             "deprecated": "Deprecated since version {}",
-             "deprecated-removed": "Deprecated since version {}, will be removed in version {}"}
-DROPPED = {"code-block", "sourcecode", "code", "doctest", "testcode", "testoutput", "testsetup", "testcleanup",
-           "productionlist", "parsed-literal", "literalinclude", "include", "highlight", "index", "toctree", "module",
-           "currentmodule", "moduleauthor", "sectionauthor", "tabularcolumns", "image", "figure", "contents",
-           "program", "miscnews", "limited-api-list", "math", "raw", "list-table", "csv-table", "table"}
-
-DIRECTIVE = re.compile(r"\.\. ([\w:-]+)::(?: +(.*))?$")
-OPTION = re.compile(r":[\w-]+:(?: |$)")
-UNDERLINE = re.compile(r"([=\-~^*#\"'`+.:_<>])\1+$")
-ITEM = re.compile(r"(?:[*+-]|#\.|\d+\.|\(\w\)) +(?=\S)")
-TABLE = re.compile(r"\+[-=+]+\+$|=+(?: +=+)+$")
-
-def margin(line: str) -> int:
-  return len(line) - len(line.lstrip(" "))
-
-def block(lines: list[str], i: int) -> tuple[list[str], int]:
-  """The indented block that starts at line i (lines blank or indented, to the first line that is not), its
-  common margin removed, and the index of the line after it."""
-  j = i
-  while j < len(lines) and (not lines[j].strip() or margin(lines[j]) > 0):
-    j += 1
-  body = lines[i:j]
-  cut = min((margin(l) for l in body if l.strip()), default=0)
-  return [l[cut:] for l in body], j
-
-def role(name: str, text: str, labels: dict[str, str]) -> str:
-  """What Sphinx shows for :name:`text`: the title of an explicit target (:ref:`the loop <for>`), a label's
-  section title, PEP 8 for :pep:`8`, the last part of a ~dotted name, and () after a function's name."""
-  kind = name.split(":")[-1]
-  text = text.lstrip("!")
-  titled = re.fullmatch(r"(.*?)\s*<([^<>]*)>", text, re.S)
-  if titled and titled.group(1):
-    return titled.group(1)
-  if kind == "ref":
-    return labels.get(text.lower(), text.replace("-", " "))
-  if kind == "doc":
-    return text.rsplit("/", 1)[-1].replace("-", " ")
-  if kind in ("pep", "rfc"):
-    return f"{kind.upper()} {text.split('#')[0]}"
-  if kind in ("issue", "gh"):
-    return f"{'bpo' if kind == 'issue' else 'gh'}-{text}"
-  if kind == "samp":
-    return re.sub(r"\{([^}]*)\}", r"\1", text)
-  if kind == "abbr":
-    return re.sub(r"\s*\(.*\)$", "", text, flags=re.S)
-  if text.startswith("~"):
-    text = text[1:].split(".")[-1]
-  if kind in ("func", "meth") and not text.endswith(")"):
-    text += "()"
-  return text
-
-def inline(text: str, labels: dict[str, str], subs: dict[str, str]) -> str:
-  """One paragraph's inline markup to its text: literals, roles, links and substitutions to what they show,
-  emphasis and footnote references gone, escapes resolved, runs of spaces one space."""
-  kept = []
-  def keep(s: str) -> str:
-    kept.append(s)
-    return f"\x00{len(kept) - 1}\x00"
-  text = re.sub(r"``(.+?)``(?!`)", lambda m: keep(m.group(1)), text)
-  text = re.sub(r"(?<![\w`]):((?:[\w-]+:)?[\w-]+):`(.+?)`(?!`)", lambda m: keep(role(m.group(1), m.group(2), labels)),
-                text)
-  text = re.sub(r"\|([^|\s](?:[^|]*[^|\s])?)\|(?:__?)?", lambda m: keep(inline(subs[m.group(1)], labels, {}))
-                if m.group(1) in subs else m.group(), text)
-  text = re.sub(r"`([^`<]*?)\s*<[^<>`]*>`__?", lambda m: keep(m.group(1)), text)
-  text = re.sub(r"`([^`]+)`(?:__?)?", lambda m: keep(m.group(1)), text)
-  text = re.sub(r"(?<![\w`])([A-Za-z][\w-]*[A-Za-z0-9])__?(?=[\s.,;:!?)]|$)", r"\1", text)  # a reference: name_
-  text = re.sub(r" ?\[(?:#[\w-]*|\d+|\*)\]_", "", text)
-  text = re.sub(r"\*\*(\S(?:.*?\S)?)\*\*", r"\1", text)
-  text = re.sub(r"(?<![\w*\\])\*(?=[^\s*])(.+?)(?<=[^\s\\])\*(?![\w*])", r"\1", text)
-  text = re.sub(r"\\(.)", lambda m: "" if m.group(1) == " " else m.group(1), text.replace("\\ ", ""))
-  text = re.sub(r"\x00(\d+)\x00", lambda m: kept[int(m.group(1))], text)
-  text = re.sub(r"\x00(\d+)\x00", lambda m: kept[int(m.group(1))], text)  # substitutions hold literals
-  return re.sub(r"\s+", " ", text).strip()
-
-def rst_paragraphs(lines: list[str], labels: dict[str, str], subs: dict[str, str]) -> list[str]:
-  """reStructuredText to paragraphs of prose, each on one line (see rst_text)."""
-  out, i, n = [], 0, len(lines)
-  text = lambda s: inline(s, labels, subs)
-  def nested(body: list[str]) -> list[str]:
-    return rst_paragraphs(body, labels, subs)
-  auto = 0  # the number of the last "#." item of the list being read, if any
-  while i < n:
-    line = lines[i]
-    if not line.strip():
-      i += 1
-      continue
-    if not line.startswith("#. "):
-      auto = 0
-    if margin(line):  # a block quote: its own paragraphs
-      body, i = block(lines, i)
-      out += nested(body)
-      continue
-    d = DIRECTIVE.match(line)
-    if d:
-      name, arg = d.group(1), (d.group(2) or "").strip()
-      body, i = block(lines, i + 1)
-      kind = name.split(":")[-1]
-      signatures = [arg]
-      if kind in SIGNATURE or name.startswith("c:"):  # more signatures on the lines right after the first
-        while body and body[0].strip() and not OPTION.match(body[0].strip()):
-          signatures.append(body.pop(0).strip())
-        for k in range(len(signatures) - 1, 0, -1):  # a backslash at a line's end continues the signature
-          if signatures[k - 1].endswith("\\"):
-            signatures[k - 1] = signatures[k - 1][:-1].rstrip() + " " + signatures.pop(k)
-      while body and OPTION.match(body[0].strip()):
-        body.pop(0)
-      paras = nested(body)
-      if name in DROPPED:
-        continue
-      if kind in SIGNATURE or name.startswith("c:"):  # c:function, c:type, c:macro and the like too
-        out += [SIGNATURE.get(kind, "") + s.replace("\\\\", "\\") for s in signatures if s] + paras
-      elif name in VERSIONED:
-        version, _, rest = arg.partition(" ")  # the version, then the note's text if it starts on this line
-        if name == "deprecated-removed":  # two versions: deprecated in, removed in
-          head, rest = VERSIONED[name].format(*arg.split()[:2]), ""
-        else:
-          head = VERSIONED[name].format(version)
-        paras = ([text(rest)] if rest else []) + paras
-        out += [f"{head}: {paras[0]}" if paras else f"{head}."] + paras[1:]
-      elif name in ADMONITION:
-        paras = ([text(arg)] if arg else []) + paras
-        out += [f"{ADMONITION[name]}: {paras[0]}"] + paras[1:] if paras else []
-      elif name == "availability":
-        out.append(f"Availability: {text(arg)}")
-      elif name == "audit-event":
-        event, *args = arg.split()
-        args = ", ".join(a for a in (args[0] if args else "").split(",") if a)
-        out += paras or [f"Raises an auditing event {event} with " + (f"arguments {args}." if args else
-                                                                            "no arguments.")]
-      elif not (name == "rubric" and arg == "Footnotes"):  # the footnotes are left out: so is their heading
-        out += ([text(arg)] if arg else []) + paras  # topic, sidebar, admonition, glossary, only and the like
-      continue
-    if line.startswith("..") and (line == ".." or line.startswith(".. ")):  # comments, targets, substitutions
-      _, i = block(lines, i + 1)
-      continue
-    stripped = line.strip()
-    if UNDERLINE.match(stripped) and i + 2 < n and UNDERLINE.match(lines[i + 2].strip()) and lines[i + 1].strip():
-      out.append(text(lines[i + 1]))  # a title between an overline and an underline
-      i += 3
-      continue
-    if i + 1 < n and UNDERLINE.match(lines[i + 1].strip()) and len(lines[i + 1].strip()) >= len(stripped) >= 1 \
-       and not TABLE.match(stripped):
-      out.append(text(stripped))  # a section title
-      i += 2
-      continue
-    if UNDERLINE.match(stripped) and len(stripped) >= 4 and (i + 1 == n or not lines[i + 1].strip()):
-      i += 1  # a transition (a horizontal rule)
-      continue
-    if TABLE.match(stripped):  # a table: left out (a grid table to its last row, a simple one to its last rule)
-      i += 1
-      while i < n and (lines[i].strip().startswith(("+", "|")) if stripped.startswith("+") else
-                       not (TABLE.match(lines[i].strip()) and (i + 1 == n or not lines[i + 1].strip()))):
-        i += 1
-      i += not stripped.startswith("+")
-      continue
-    if stripped.startswith((">>>", "| ")) or stripped == "|":  # an interactive session, a line block: left out
-      while i < n and lines[i].strip():
-        i += 1
-      continue
-    item = ITEM.match(line)
-    if item:
-      body, i = block(lines, i + 1)
-      paras = nested([line[len(item.group()):]] + body)
-      marker = item.group().strip()
-      auto += marker == "#."
-      marker = "*" if marker in "*+-" else f"{auto}." if marker == "#." else marker
-      out += [f"{marker} {paras[0]}"] + paras[1:] if paras else []
-      continue
-    para, i = [stripped], i + 1
-    while i < n and lines[i].strip() and not margin(lines[i]) and not DIRECTIVE.match(lines[i]):
-      para.append(lines[i].strip())
-      i += 1
-    joined = " ".join(para)
-    literal = joined.endswith("::")
-    if literal:
-      joined = joined[:-2].rstrip() if re.search(r"(^|\s)::$", joined) else joined[:-1]
-    joined = re.sub(r"^:([\w ]+): ", r"\1: ", joined)  # a field list's name
-    if joined:
-      out.append(text(joined))
-    if i < n and lines[i].strip() and margin(lines[i]):  # a definition list's term: its definition follows
-      body, i = block(lines, i)
-      out += [] if literal else nested(body)
-    elif literal:  # the literal block after "::": left out
-      j = i
-      while j < n and not lines[j].strip():
-        j += 1
-      if j < n and margin(lines[j]):
-        _, i = block(lines, j)
-  return out
-
-def rst_text(source: str, labels: dict[str, str]) -> str:
-  """A reStructuredText file of the documentation as prose: each paragraph, list item, section title and
-  signature on one line, with no blank lines and no margins. Roles and links become the text Sphinx shows
-  (role), admonitions and version notes the words Sphinx puts before them ("Note: ", "New in version 3.2: "),
-  and API directives their signature line and then their description. Code (literal blocks after "::", code
-  directives, interactive sessions, grammar), tables, comments and the index are left out."""
-  lines = source.expandtabs(8).replace("\r", "").split("\n")
-  subs = {"version": DOCS_VERSION.rsplit(".", 1)[0], "release": DOCS_VERSION, "nbsp": " "}
-  for m in re.finditer(r"^\.\. \|([^|]+)\| replace:: (.*)$", source, re.M):
-    subs[m.group(1)] = m.group(2)
-  return "\n".join(p for p in rst_paragraphs([l.rstrip() for l in lines], labels, subs) if p)
-
-def section_labels(sources) -> dict[str, str]:
-  """Every `.. _label:` that stands right above a section title, to that title (what :ref:`label` shows)."""
-  labels = {}
-  for source in sources:
-    lines = source.expandtabs(8).split("\n")
-    for i, line in enumerate(lines):
-      m = re.match(r"\.\. _([^:]+):\s*$", line)
-      if not m:
-        continue
-      j = i + 1
-      while j < len(lines) and (not lines[j].strip() or re.match(r"\.\. _[^:]+:\s*$", lines[j])):
-        j += 1
-      if j + 1 < len(lines) and UNDERLINE.match(lines[j].strip()) and j + 2 < len(lines):
-        j += 1
-      if j + 1 < len(lines) and lines[j].strip() and UNDERLINE.match(lines[j + 1].strip()):
-        labels[m.group(1).lower()] = inline(lines[j].strip(), {}, {})
-  return labels
-
-def doc_files(docs: pathlib.Path = DOCS) -> dict[str, pathlib.Path]:
-  """Every reStructuredText file under docs (Debian's _sources/**/*.rst.txt or a CPython checkout's
-  Doc/**/*.rst), by its name: the path without the suffix (library/os). Exits with what to install when there
-  are none."""
-  files = {str(p.relative_to(docs)).removesuffix(".txt").removesuffix(".rst"): p
-           for p in sorted(pathlib.Path(docs).rglob("*.rst*")) if p.name.endswith((".rst", ".rst.txt"))}
-  if not files:
-    raise SystemExit(f"no reStructuredText files in {docs}: {INSTALL}")
-  return files
-
-def held_out(name: str) -> bool:
-  """Whether a file (by name: library/os) is held out for validation: the CRC-32 of its name is divisible by
-  HELD_OUT. About one file in 10, whole; the same file is held out whatever other files the folder holds (a
-  CPython checkout's Doc/ has more), and in 3.11.2's trees these 32: DOCS_HELD_OUT."""
-  return zlib.crc32(name.encode()) % HELD_OUT == 0
-
-DOCS_HELD_OUT = ["distributing/index", "howto/regex", "library/_thread", "library/aifc", "library/argparse",
-                 "library/asyncio-api-index", "library/collections", "library/csv", "library/dialog",
-                 "library/difflib", "library/email.errors", "library/email.message", "library/email.utils",
-                 "library/fileinput", "library/hashlib", "library/html.entities", "library/operator",
-                 "library/optparse", "library/pickle", "library/pkgutil", "library/pyclbr", "library/python",
-                 "library/sched", "library/select", "library/shlex", "library/tarfile", "library/threading",
-                 "library/xmlrpc", "reference/compound_stmts", "tutorial/inputoutput", "tutorial/modules",
-                 "using/editors"]
-
-@functools.lru_cache(maxsize=2)
-def docs_split(docs: pathlib.Path = DOCS) -> tuple[dict[str, str], dict[str, str]]:
-  """The files of TREES as prose (rst_text), sorted by name: (training files, held-out files), each a dict from
-  name to text. :ref:`label` shows the section title that the label stands above in any file of docs."""
-  files = doc_files(docs)
-  sources = {name: path.read_text(encoding="utf-8") for name, path in files.items()}
-  labels = section_labels(sources.values())
-  texts = {name: rst_text(source, labels) for name, source in sources.items() if name.startswith(TREES)}
-  return ({n: t for n, t in texts.items() if not held_out(n)}, {n: t for n, t in texts.items() if held_out(n)})
-
-def corpus(enc, docs: pathlib.Path = DOCS) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-  """The training and held-out token streams (the files of docs_split, joined by a line break) and the sorted
-  token ids that the pair may emit: those the training files use at least MIN_COUNT times; every other token is
-  the pair's OTHER (see emit_index)."""
-  train, val = (list(texts.values()) for texts in docs_split(pathlib.Path(docs)))
-  train_ids, val_ids = (np.array(enc.encode("\n".join(t)), dtype=np.int32) for t in (train, val))
-  ids, counts = np.unique(train_ids, return_counts=True)
-  return train_ids, val_ids, ids[counts >= MIN_COUNT]
-
 def emit_index(tokens: np.ndarray, used: np.ndarray) -> np.ndarray:
   """GPT-2's token ids as the pair's own: token used[i] is i, every token not in used is len(used), the row
   OTHER that every such token shares (see expand). A model never emits OTHER, and no perplexity here scores it
@@ -389,8 +93,9 @@ def bigram_perplexity(train_ids: np.ndarray, val_ids: np.ndarray, used: np.ndarr
 def perplexity(model: GPT2, tokens: np.ndarray, T: int | None = None, used: np.ndarray | None = None) -> float:
   """A gpt2.py model's perplexity on a token stream, over windows of T (default its context) tokens: training's
   forward (model.logits) compiled once for one window, then replayed for each. With used (the tokens the model
-  may emit), over the model restricted to them (see restrict), and over the targets in used only: 10 times
-  cheaper, and the same up to the mass the other tokens get (train.py's models: less than 1e-6)."""
+  may emit), over the model restricted to them (see restrict), and over the targets in used only: an output
+  layer len(used) + 1 rows wide, not 50257, and the same up to the mass the other tokens get (the demo pair's:
+  less than 1e-6, see expand)."""
   ignore = -1
   if used is not None:
     model, tokens, ignore = restrict(model, used), emit_index(tokens, used), len(used)
@@ -653,7 +358,8 @@ def averaged(hf, decay: float):
   import copy
   return copy.deepcopy(hf) if decay else hf
 
-FINETUNING = ("unlikelihood", "unlikelihood_lr", "continuations", "token_unlikelihood")  # what pretraining does not read
+# the recipe's fields that pretraining does not read
+FINETUNING = ("unlikelihood", "unlikelihood_lr", "continuations", "token_unlikelihood")
 
 def fingerprint(r: Recipe, seed: int, data: str, ignore: tuple[str, ...] = ()) -> str:
   """What marks a phase's saved state as its own: the recipe's fields but those the phase does not read, the
@@ -832,8 +538,8 @@ def evaluate(folders: dict[str, pathlib.Path], prompts: int = 60, docs: pathlib.
   return result
 
 def main() -> None:
-  ap = argparse.ArgumentParser(description="Train the demo pair on Python's own documentation, or score it "
-                               "(see docs/demo.md).")
+  ap = argparse.ArgumentParser(prog="python -m demo.train", description="Train the demo pair on Python's own "
+                               "documentation, or score it (see docs/demo.md).")
   ap.add_argument("--model", choices=[*SIZES, "both"], default="both")
   ap.add_argument("--steps", type=int, help="at most this many training steps (default: the recipe's)")
   ap.add_argument("--out", default=str(ROOT / "demo"), help="where to write the models (default demo/)")
