@@ -196,7 +196,7 @@ def to_gpt2(hf, cfg: GPT2Config, vocab: int) -> GPT2:
   load_state_dict(model, hf_to_tinyspec(state, dtypes.float32), verbose=False, strict=False)
   return model
 
-def on(hf, a: np.ndarray):
+def to_torch(hf, a: np.ndarray):
   """Token ids as a torch tensor on the model's device (a GPU when torch has one: see train)."""
   import torch
   return torch.from_numpy(a.astype(np.int64)).to(hf.device)
@@ -225,8 +225,8 @@ def scores(hf, val: np.ndarray, T: int, temperatures=(1.0,), chunk: int = 2) -> 
   hf.eval()
   with torch.no_grad():
     for i in range(0, len(x), chunk):
-      logits = hf(on(hf, x[i:i + chunk])).logits.reshape(-1, hf.config.vocab_size)
-      target = on(hf, y[i:i + chunk]).reshape(-1)
+      logits = hf(to_torch(hf, x[i:i + chunk])).logits.reshape(-1, hf.config.vocab_size)
+      target = to_torch(hf, y[i:i + chunk]).reshape(-1)
       for k, t in enumerate(temperatures):
         totals[k] += float(torch.nn.functional.cross_entropy(logits / t, target, ignore_index=other,
                                                              reduction="sum"))
@@ -268,7 +268,7 @@ def cross_entropy(hf, tokens: np.ndarray, seed: int, step: int, r: Recipe, alpha
   -log(1 - p(token)), summed over those tokens and averaged over positions."""
   import torch
   x, y = batch(tokens, seed, step, r.batch, r.shape.n_ctx)
-  x, y = on(hf, x), on(hf, y)
+  x, y = to_torch(hf, x), to_torch(hf, y)
   logits = hf(x).logits
   loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1),
                                            ignore_index=logits.shape[-1] - 1)
@@ -319,7 +319,7 @@ def greedy_loops(hf, tokens: np.ndarray, rng: np.random.Generator, B: int, vocab
   never uses (strays, with vocab from written)."""
   import torch
   P = int(rng.integers(4, 33))
-  prefix = on(hf, np.stack([tokens[s:s + P] for s in rng.integers(0, len(tokens) - P, B)]))
+  prefix = to_torch(hf, np.stack([tokens[s:s + P] for s in rng.integers(0, len(tokens) - P, B)]))
   hf.eval()
   with torch.no_grad():
     seq = hf.generate(prefix, attention_mask=torch.ones_like(prefix), max_new_tokens=new, do_sample=False,
@@ -337,7 +337,7 @@ def unlikelihood_loss(hf, seq, loop):
   p = hf(seq[:, :-1]).logits[:, -new:].softmax(-1).gather(-1, seq[:, -new:, None])[..., 0]
   return -(torch.log((1 - p).clamp(min=1e-5)) * loop).sum() / loop.numel()
 
-def step(hf, opt, loss) -> None:
+def optimizer_step(hf, opt, loss) -> None:
   """One optimiser step on loss, then ln_f's last feature pinned again (see pin)."""
   opt.zero_grad()
   loss.backward()
@@ -413,7 +413,7 @@ def pretrain(hf, r: Recipe, ckpt: pathlib.Path, train_ids: np.ndarray, val_ids: 
     for g in opt.param_groups:
       g["lr"] = learning_rate(s, r.steps, r.lr, r.warmup)
     loss = cross_entropy(hf, train_ids, seed, s, r)
-    step(hf, opt, loss)
+    optimizer_step(hf, opt, loss)
     follow(avg, hf, r.average)
     state["step"] = s + 1
     if state["step"] % r.eval_every == 0 or state["step"] == r.steps:
@@ -459,7 +459,7 @@ def finetune(hf, r: Recipe, ckpt: pathlib.Path, train_ids: np.ndarray, val_ids: 
       loops.append(loop.float().mean().item())
     else:
       loss = cross_entropy(hf, train_ids, seed, r.steps + s, r, r.token_unlikelihood)  # batches past pretrain's last
-    step(hf, opt, loss)
+    optimizer_step(hf, opt, loss)
     follow(avg, hf, r.average)
     state["step"] = s + 1
     if state["step"] % r.eval_every == 0 or finished(state):
