@@ -112,11 +112,11 @@ class Stats:
 
   @property
   def costs(self) -> Costs:
-    """The round's costs in units of t(1) (nan where t(1) was not timed): c, its first step, r and v, and the
+    """The round's costs in units of t(1) (nan where t(1) was not timed): c, its first step, s and v, and the
     share of plain rounds."""
     t1, K = self.token_call_time, self.mean_drafted
     # prompt lookup has no first step of 2 rows: its drafts, found on the host outside the round's call, cost
-    # alike (a share of its lookups), so its round is K·c + r + v
+    # alike (a share of its lookups), so its round is K·c + s + v
     first = self.draft_call_time if math.isnan(self.draft_first_time) else self.draft_first_time
     return Costs(K, self.draft_call_time / t1, first / t1, self.target_call_time / t1, self.work_time / t1,
                  self.plain_share)
@@ -142,26 +142,27 @@ class Costs:
   """A round's costs in units of t(1), the time of Algorithm 1's call (a token: the target's step of 1 row, its
   draw and its read). Leviathan et al. (2022) price a round at K·c + 1: K draft steps and one target call that
   costs as much as one token. A round here pays its first draft step apart (first: 2 rows, x_{n-1} and x_n, as the
-  draft has never fed x_n, nor x_{n-1} = x̃_K after a round that accepted every draft), r for the target's K+1
-  rows, and v for its own work: the draft's K draws of x̃ (so c, like r, is a model's step alone), the K tests,
+  draft has never fed x_n, nor x_{n-1} = x̃_K after a round that accepted every draft), s for the target's K+1
+  rows, and v for its own work: the draft's K draws of x̃ (so c, like s, is a model's step alone), the K tests,
   the residual or bonus draw, the NaN flag and the read of its numbers. Prompt lookup finds its drafts on the
   host (c a share of its lookups, first = c), and where it finds none the round is a plain target step: one
   token for t(1), a share `plain` of its rounds.
 
   Each part is a compiled call timed alone, its launch and binding included, which a round pays once: a round
-  priced first + (K-1)·c + r + v counts K+2 launches for its one. The prediction keeps them (their host work on
+  priced first + (K-1)·c + s + v counts K+2 launches for its one. The prediction keeps them (their host work on
   DEV=NULL: docs/engine.md; Stats.round_over_parts shows what they amount to on the device)."""
   K: float      # drafts a round (for prompt lookup, the mean proposed in a round that drafts)
   c: float      # a draft step of 1 row ÷ t(1): Leviathan et al.'s c (prompt lookup: its lookups per draft)
   first: float  # the round's first draft step (x_{n-1} and x_n, 2 rows) ÷ t(1); c for prompt lookup
-  r: float      # the target's step of K+1 rows ÷ t(1): 1 in Leviathan et al.'s model
+  s: float      # the target's scoring step of K+1 rows ÷ t(1) (Algorithm 2's "in parallel, compute K + 1 sets of
+                # logits", speculative.score): 1 in Leviathan et al.'s model; not the paper's uniform r
   v: float      # the round's own work, compiled and timed alone ÷ t(1): 0 in their model
   plain: float = 0.0  # the share of rounds that are a plain target step (prompt lookup's misses): 0 for a model
 
   @property
   def round(self) -> float:
     """A round's cost ÷ t(1): its draft steps, the target's K+1 rows, its own work (a plain round: 1)."""
-    return (1 - self.plain) * (self.first + (self.K - 1) * self.c + self.r + self.v) + self.plain
+    return (1 - self.plain) * (self.first + (self.K - 1) * self.c + self.s + self.v) + self.plain
 
   def tokens(self, alpha: float) -> float:
     """The tokens a round emits on average: E(α, K) (a plain round: 1)."""
@@ -174,7 +175,7 @@ def ideal_speedup(alpha: float, K: float, c: float) -> float:
 
 def predicted_speedup(alpha: float, costs: Costs) -> float:
   """The expected speedup over Algorithm 1 from the measured costs: E tokens a round ÷ a round's cost in
-  tokens of Algorithm 1, E / (c₁ + (K-1)·c + r + v) (with prompt lookup's plain rounds mixed in, each 1 ÷ 1)."""
+  tokens of Algorithm 1, E / (c₁ + (K-1)·c + s + v) (with prompt lookup's plain rounds mixed in, each 1 ÷ 1)."""
   return costs.tokens(alpha) / costs.round
 
 def break_even_alpha(costs: Costs) -> float | None:

@@ -34,7 +34,7 @@ def test_sweep_prints_the_table_and_writes_plots_and_json(tmp_path):
   results = json.loads((tmp_path / "out" / "t1.json").read_text())
   assert [row["K"] for row in results["rows"]] == [1, 2] and results["bandwidth"] == 10e9
   for row in results["rows"]:  # the cost model's figures beside the measured speedup (the decode's)
-    assert {"c_first", "c", "r", "v", "predicted", "predicted_ideal", "break_even_alpha", "speedup"} <= row.keys()
+    assert {"c_first", "c", "s", "v", "predicted", "predicted_ideal", "break_even_alpha", "speedup"} <= row.keys()
     priced = row_costs(row)  # the parts, each timed alone: the replayed round only checks them
     assert row["predicted"] == pytest.approx(costs.predicted_speedup(row["alpha"], priced))
     assert row["v"] == pytest.approx(row["work_ms"] / row["t1_ms"]) and "o" not in row

@@ -218,7 +218,7 @@ def test_time_parts_replays_a_round_its_parts_and_algorithm_1s_call_at_the_runs_
   assert calls[5][0] is speculative.token_step(target, Sampling())
   assert stats.round_replay_time == 0.010 and stats.draft_round_time == pytest.approx(0.004)
   assert stats.target_call_time == 0.004 and stats.work_time == 0.0015 and stats.token_call_time == 0.002
-  # in t(1) = 2 ms: c = 1/2, its first step 1/2, r = 4/2, v = 1.5/2; a round costs 9.5/2 by its parts, and its
+  # in t(1) = 2 ms: c = 1/2, its first step 1/2, s = 4/2, v = 1.5/2; a round costs 9.5/2 by its parts, and its
   # replay, 10 ms, is only compared with them
   assert stats.costs == pytest.approx(costs.Costs(4, 0.5, 0.5, 2.0, 0.75)) and stats.costs.round == 4.75
   assert stats.round_over_parts == pytest.approx(10 / 9.5)
@@ -257,7 +257,7 @@ def test_time_parts_without_the_baseline_leaves_t1_untimed(models, monkeypatch):
                       lambda calls, reps: seen.extend(calls) or [0.010, 0.004, 0.001, 0.001, 0.0015])
   parts.time_parts(target, draft, 4, Sampling(), stats, list(range(20)), baseline=False)
   assert "a token" not in " ".join(c.name for c, _, _ in seen) and np.isnan(stats.token_call_time)
-  assert stats.target_call_time == 0.004 and stats.work_time == 0.0015 and np.isnan(stats.costs.r)
+  assert stats.target_call_time == 0.004 and stats.work_time == 0.0015 and np.isnan(stats.costs.s)
 
 def test_time_parts_replays_prompt_lookups_round_where_nothing_repeats(models, monkeypatch):
   """Prompt lookup's round is timed even on text where nothing repeats (where a run would take a plain target
@@ -291,7 +291,7 @@ def test_the_rounds_own_work_runs_the_rounds_kernels_without_the_models(models):
 
 # ***** the cost model *****
 
-def test_leviathans_ideal_is_the_cost_model_at_r_1_and_v_0():
+def test_leviathans_ideal_is_the_cost_model_at_s_1_and_v_0():
   """E / (Kc + 1) is the cost model's prediction where the target's K+1 rows cost one token's call, the round
   costs nothing else and every draft step costs c; each extra cost lowers it."""
   for alpha, K, c in [(0.0, 1, 0.1), (0.5, 4, 0.05), (0.71, 3, 0.2), (0.95, 8, 0.0), (1.0, 4, 0.3)]:
@@ -300,10 +300,10 @@ def test_leviathans_ideal_is_the_cost_model_at_r_1_and_v_0():
     assert costs.predicted_speedup(alpha, costs.Costs(K, c, 2 * c + 0.1, 1.5, 0.2)) < ideal
   assert costs.expected_tokens_per_round(0.5, 2) == pytest.approx(1 + 0.5 + 0.25)  # 1 + α + α²
 
-@pytest.mark.parametrize("K, c, first, r, v", [(4, 0.05, 0.08, 1.3, 0.1), (4, 0.24, 0.41, 2.13, 0.1),
+@pytest.mark.parametrize("K, c, first, s, v", [(4, 0.05, 0.08, 1.3, 0.1), (4, 0.24, 0.41, 2.13, 0.1),
                                                (1, 0.3, 0.3, 1.2, 0.0), (8, 0.1, 0.1, 3.0, 1.0)])
-def test_break_even_alpha_is_where_the_cost_model_gives_1x(K, c, first, r, v):
-  round_costs = costs.Costs(K, c, first, r, v)
+def test_break_even_alpha_is_where_the_cost_model_gives_1x(K, c, first, s, v):
+  round_costs = costs.Costs(K, c, first, s, v)
   alpha = costs.break_even_alpha(round_costs)
   assert 0 < alpha < 1 and costs.predicted_speedup(alpha, round_costs) == pytest.approx(1.0, abs=1e-9)
   assert costs.predicted_speedup(alpha - 0.01, round_costs) < 1 < costs.predicted_speedup(alpha + 0.01, round_costs)
@@ -547,10 +547,10 @@ def test_cli_compare_and_trace(gpt2_vocab_models):
   # the cost model, credited, factor by factor from Leviathan et al.'s ideal to the prediction from the parts,
   # beside the measured speedup, where the two differ term by term, and the break-even α
   assert "cost model            Leviathan et al. (2022), in t(1) = " in out.stdout
-  for name in ["E", "c", "r", "v"]:
+  for name in ["E", "c", "s", "v"]:
     assert re.search(rf"^  {name} +\d+\.\d+ ", out.stdout, re.M), name
-  chain = re.findall(r"^  (ideal|with r|with first step|with v = predicted) +(\d+\.\d\d)x", out.stdout, re.M)
-  assert [name for name, _ in chain] == ["ideal", "with r", "with first step", "with v = predicted"]
+  chain = re.findall(r"^  (ideal|with s|with first step|with v = predicted) +(\d+\.\d\d)x", out.stdout, re.M)
+  assert [name for name, _ in chain] == ["ideal", "with s", "with first step", "with v = predicted"]
   measured = re.search(r"speedup +(\d+\.\d\d)x measured, (\d+\.\d\d)x predicted", out.stdout)
   assert measured and measured.group(2) == chain[-1][1]
   ratio = re.search(r"^measured ÷ predicted  (\d+\.\d\d) = the product of these terms \(furthest from 1: "

@@ -14,7 +14,7 @@ alike. Every run makes exactly --max-new-tokens tokens (no stop at <|endoftext|>
 speedup are the decode's, the prompt's prefill left out of both; the time plot includes it, as a user waits
 for it. After each run a round's parts (the draft's steps, the target's K+1 rows and the round's own work, each
 a compiled call), Algorithm 1's call and, as a check, the round itself are replayed in turn: the cost model's c,
-r and v, and its prediction from the parts beside the measured speedup. The table pools the prompts; the plots
+s and v, and its prediction from the parts beside the measured speedup. The table pools the prompts; the plots
 show their mean and standard deviation. Set the device with DEV=... On DEV=NULL (tinygrad's device that runs no
 kernel and reads back zeros) every time is host work: what Python and tinygrad spend around the kernels.
 
@@ -132,7 +132,7 @@ def run_pairs(target: GPT2, draft: Draft, prompts: list[list[int]], n_tokens: in
 
 def summarize(K: int, runs: list[tuple[Stats, Stats]]) -> dict:
   """One row of the table from the runs of one K: pooled figures, and per-prompt ones for the plots. The
-  speedup is the decode's (the prompts' prefill left out of both); the cost model's c, r and v come from the
+  speedup is the decode's (the prompts' prefill left out of both); the cost model's c, s and v come from the
   round's parts and Algorithm 1's call timed in turn after each run (a round is one compiled call: its parts
   cannot be timed in it); the round's replay is compared with its parts, never priced."""
   base, spec = total([b for b, _ in runs]), total([s for _, s in runs])
@@ -141,9 +141,9 @@ def summarize(K: int, runs: list[tuple[Stats, Stats]]) -> dict:
   return {"K": K, "alg1_ms_per_token": base.ms_per_token, "alg2_ms_per_token": spec.ms_per_token,
           "speedup": speedup, "alpha": alpha, "tokens_per_target_call": spec.tokens_per_target_call,
           "mean_drafted": costs.K, "plain_share": costs.plain,
-          "c": costs.c, "c_first": costs.first, "r": costs.r, "v": costs.v, "predicted": predicted,
+          "c": costs.c, "c_first": costs.first, "s": costs.s, "v": costs.v, "predicted": predicted,
           # Leviathan et al.'s E / (Kc + 1) (prompt lookup's plain rounds, 1 token for t(1), mixed in)
-          "predicted_ideal": predicted_speedup(alpha, replace(costs, first=costs.c, r=1.0, v=0.0)),
+          "predicted_ideal": predicted_speedup(alpha, replace(costs, first=costs.c, s=1.0, v=0.0)),
           "break_even_alpha": break_even_alpha(costs), "measured_over_predicted": speedup / predicted,
           "draft_first_step_ms": 1e3 * spec.draft_first_time, "draft_step_ms": 1e3 * spec.draft_call_time,
           "target_step_ms": 1e3 * spec.target_call_time, "work_ms": 1e3 * spec.work_time,
@@ -301,7 +301,7 @@ def vs_hf(target: GPT2, draft: Draft, folders: tuple[str, str], prompts: list[li
 COLUMNS = [("K", "K", "{}"), ("Alg1 ms/tok", "alg1_ms_per_token", "{:.1f}"),
            ("Alg2 ms/tok", "alg2_ms_per_token", "{:.1f}"), ("speedup", "speedup", "{:.2f}x"), ("α̂", "alpha", "{:.2f}"),
            ("tok/round", "tokens_per_target_call", "{:.2f}"),
-           ("c₁", "c_first", "{:.3f}"), ("c", "c", "{:.3f}"), ("r", "r", "{:.2f}"), ("v", "v", "{:.2f}"),
+           ("c₁", "c_first", "{:.3f}"), ("c", "c", "{:.3f}"), ("s", "s", "{:.2f}"), ("v", "v", "{:.2f}"),
            ("ideal", "predicted_ideal", "{:.2f}x"),
            ("predicted", "predicted", "{:.2f}x"), ("meas/pred", "measured_over_predicted", "{:.2f}"),
            ("break-even α", "break_even_alpha", "{:.2f}"), ("ms/round", "ms_per_round", "{:.2f}"),
@@ -311,10 +311,10 @@ LEGEND = ("Alg1 and Alg2 ms/tok: after the prompt's prefill, which is left out o
           "gives ms a token); speedup: their ratio. The cost model (Leviathan et al. 2022) prices a round in "
           "t(1), Algorithm 1's call (a token, read), from its parts, each a compiled call timed alone, in turn "
           "after each run: c₁, the round's first draft step (2 rows) ÷ t(1); c, a later one (1 row) ÷ t(1) (for "
-          "prompt lookup, its lookup on the host per draft); r, the target's step of K+1 rows ÷ t(1); v, the "
+          "prompt lookup, its lookup on the host per draft); s, the target's scoring step of K+1 rows ÷ t(1); v, the "
           "round's own work (the draws of x̃, the tests, the last draw, the read) ÷ t(1). ideal: E / (Kc + 1), "
-          "Leviathan et al.'s, with E = (1 − α̂^(K+1)) / (1 − α̂) (K: the mean drafted in a round that drafts), r = 1 "
-          "and v = 0. predicted: E / (c₁ + (K−1)c + r + v); each part pays its own launch, which a round pays "
+          "Leviathan et al.'s, with E = (1 − α̂^(K+1)) / (1 − α̂) (K: the mean drafted in a round that drafts), s = 1 "
+          "and v = 0. predicted: E / (c₁ + (K−1)c + s + v); each part pays its own launch, which a round pays "
           "once; prompt lookup's rounds that find nothing, plain target steps, are mixed into both at 1 token for "
           "t(1). "
           "meas/pred: speedup ÷ predicted (in the JSON, term by term). break-even α: where E equals a round's "
@@ -338,12 +338,12 @@ def at_real_alpha(rows: list[dict]) -> str:
   speedups = {r["K"]: predicted_speedup(ALPHA_REAL, row_costs(r)) for r in rows}
   best = max(speedups, key=speedups.get)
   return (f"predicted at α = {ALPHA_REAL} (not measured: real gpt2-xl drafted by gpt2, as measured elsewhere; "
-          "see ALPHA_REAL) from each K's measured c₁, c, r and v: "
+          "see ALPHA_REAL) from each K's measured c₁, c, s and v: "
           + ", ".join(f"K={K} {x:.2f}x" for K, x in speedups.items()) + f"; the best measured K there: {best}")
 
 def row_costs(r: dict) -> Costs:
   """A table row's measured costs, in t(1)."""
-  return Costs(r["mean_drafted"], r["c"], r["c_first"], r["r"], r["v"], r["plain_share"])
+  return Costs(r["mean_drafted"], r["c"], r["c_first"], r["s"], r["v"], r["plain_share"])
 
 def bytes_line(rows: list[dict], target_bytes: int, draft_bytes: int) -> str:
   """Weights read per emitted token: the target's for Algorithm 1; (K·draft + target) ÷ tokens per target call

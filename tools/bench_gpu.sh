@@ -2,7 +2,7 @@
 # The GPU measurement of docs/benchmarks.md: gpt2-xl drafted by gpt2 on an NVIDIA card (tools/bench.py: random weights
 # in float16, K = 4, 48 new tokens, 2 prompts, tinygrad's default kernels (BEAM=0), --bandwidth of the card),
 # each model's steps of 1 and 5 rows kernel by kernel (JIT=2 DEBUG=2, after the timed runs), then summary.md:
-# Algorithm 1 against its memory floor, r, c, a round ÷ its parts, the measured speedup, the cost model's
+# Algorithm 1 against its memory floor, s, c, a round ÷ its parts, the measured speedup, the cost model's
 # prediction, the break-even α, what the measured costs give at α = 0.71, and issue 58's bounds, pass or fail.
 #
 #   bash tools/bench_gpu.sh                   # a plain clone: pip installs what is missing (requirements*.txt)
@@ -159,19 +159,21 @@ except Exception as e:
   print(f"(bench.py does not import here: {type(e).__name__}: {e}; 'at α' left out)\n")
 def fmt(x, spec=".2f", unit=""):
   return "-" if x is None else f"{x:{spec}}{unit}"
-BOUNDS = [("Algorithm 1 ≤ 4.5× its floor", "floor_x", lambda x: x <= 4.5), ("r ≤ 1.15", "r", lambda x: x <= 1.15),
+BOUNDS = [("Algorithm 1 ≤ 4.5× its floor", "floor_x", lambda x: x <= 4.5), ("s ≤ 1.15", "s", lambda x: x <= 1.15),
           ("c ≤ 0.23", "c", lambda x: x <= 0.23), ("speedup ≥ 1.9× at α̂", "speedup", lambda x: x >= 1.9),
           (f"≥ 1.3× at α = {ALPHA_REAL} (K = 4: the best K can only add)", "at_real", lambda x: x >= 1.3)]
 rows, notes = {}, []
 for run in runs:
   result = json.loads((out / f"{run}.json").read_text())
   r = dict(result["rows"][0])
-  if "r" not in r:  # an older tree's JSON: its own keys, the rest left out
+  if "s" not in r and "r" in r:  # a JSON from before s was named: the same cost under the key "r"
+    r["s"] = r.pop("r")
+  if "s" not in r:  # an older tree's JSON: its own keys, the rest left out
     t1 = r.get("target_one_row_ms")
     r = {k: r.get(k) for k in ("K", "alpha", "alg1_ms_per_token", "alg2_ms_per_token", "speedup", "ms_per_round",
-                               "round_over_parts", "draft_step_ms")} | {"t1_ms": t1, "r": r.get("scoring_ratio"),
+                               "round_over_parts", "draft_step_ms")} | {"t1_ms": t1, "s": r.get("scoring_ratio"),
          "c": r["draft_step_ms"] / t1 if t1 and r.get("draft_step_ms") else None}
-    notes.append(f"{run}: an older JSON. r is its scoring_ratio and t(1) its target_one_row_ms (the 1-row step "
+    notes.append(f"{run}: an older JSON. s is its scoring_ratio and t(1) its target_one_row_ms (the 1-row step "
                  "without the draw), c its draft_step_ms ÷ that; its speedup counts the prefill; predicted, "
                  "break-even α and at α: -")
   elif "v" not in r:  # the cost model before v: its predicted is E·t(1) ÷ the replayed round
@@ -184,13 +186,13 @@ for run in runs:
   r["floor_x"] = r["alg1_ms_per_token"] / r["floor_ms"] if r["floor_ms"] else None
   rows[run] = r
 print(f"# GPU measurement\n\n{about}\nwall times: {times}\n")
-print(f"| run | K | α̂ | Alg1 ms/token | floor ms | ÷ floor | Alg2 ms/token | t(1) ms | r | c | v | round ÷ parts "
+print(f"| run | K | α̂ | Alg1 ms/token | floor ms | ÷ floor | Alg2 ms/token | t(1) ms | s | c | v | round ÷ parts "
       f"| ms/round | speedup (α̂) | predicted | break-even α | at α = {ALPHA_REAL} |")
 print("|" + " --- |" * 17)
 for run, r in rows.items():
   even = "none" if "break_even_alpha" in r and r["break_even_alpha"] is None else fmt(r.get("break_even_alpha"))
   print(f"| {run} | {r['K']} | {fmt(r['alpha'])} | {fmt(r['alg1_ms_per_token'])} | {fmt(r['floor_ms'])} "
-        f"| {fmt(r['floor_x'], '.1f')} | {fmt(r['alg2_ms_per_token'])} | {fmt(r['t1_ms'])} | {fmt(r['r'])} "
+        f"| {fmt(r['floor_x'], '.1f')} | {fmt(r['alg2_ms_per_token'])} | {fmt(r['t1_ms'])} | {fmt(r['s'])} "
         f"| {fmt(r['c'], '.3f')} | {fmt(r.get('v'))} | {fmt(r['round_over_parts'])} | {fmt(r['ms_per_round'])} "
         f"| {fmt(r['speedup'], '.2f', '×')} | {fmt(r.get('predicted'), '.2f', '×')} | {even} "
         f"| {fmt(r.get('at_real'), '.2f', '×')} |")

@@ -70,10 +70,10 @@ def cost_report(spec: Stats, base: Stats | None, K: int) -> str:
   lookup = math.isnan(spec.draft_first_time)  # prompt lookup: its drafts come from the host
   # each step of the chain from the ideal adds one cost (prompt lookup's plain rounds, 1 token for t(1), in all)
   chain = lambda **costs: predicted_speedup(a, replace(m, **costs))
-  steps = [("ideal", chain(first=m.c, r=1.0, v=0.0), "E / (Kc + 1): Leviathan et al.'s, K+1 rows priced as one token"),
-           ("with r", chain(first=m.c, v=0.0), "E / (Kc + r): the target's K+1 rows cost r"),
-           ("with first step", chain(v=0.0), "E / (c₁ + (K-1)c + r): the round's first draft step, c₁"),
-           ("with v = predicted", predicted, "E / (c₁ + (K-1)c + r + v)" +
+  steps = [("ideal", chain(first=m.c, s=1.0, v=0.0), "E / (Kc + 1): Leviathan et al.'s, K+1 rows priced as one token"),
+           ("with s", chain(first=m.c, v=0.0), "E / (Kc + s): the target's K+1 rows cost s"),
+           ("with first step", chain(v=0.0), "E / (c₁ + (K-1)c + s): the round's first draft step, c₁"),
+           ("with v = predicted", predicted, "E / (c₁ + (K-1)c + s + v)" +
             f" in the {1 - m.plain:.0%} of rounds that draft (prompt lookup drafts a varying number: approximate)"
             * lookup)]
   t1, round_ms = 1e3 * spec.token_call_time, 1e3 * spec.decode_time / spec.rounds
@@ -93,7 +93,7 @@ def cost_report(spec: Stats, base: Stats | None, K: int) -> str:
     "round a compiled call timed alone, in turn with it",
     f"  E                   {E:.2f} tokens a round: (1 - α^(K+1)) / (1 - α) at α̂ {a:.3f}, K = {m.K:.2f}",
     f"  c                   {m.c:.3f} {c}",
-    f"  r                   {m.r:.3f} the target's step of {K + 1} rows ÷ t(1) (their model: 1)",
+    f"  s                   {m.s:.3f} the target's scoring step of {K + 1} rows ÷ t(1) (their model: 1)",
     f"  v                   {m.v:.3f} the round's own work ÷ t(1): its draws, tests and read (their model: 0)",
     *[f"  {name:<19} {x:.2f}x  {how}" for name, x, how in steps],
     f"speedup               {measured:.2f}x measured, {predicted:.2f}x predicted: Algorithm 1's ms a token ÷ "
