@@ -4,7 +4,7 @@ distribution.
     python -m pytest tests/test_distribution.py -v --durations=0  # its 41 tests
     python -m pytest tests/test_distribution.py -s  # the same in one process, each test printing its p-value
 
-All 41 are in the fast tier, the README's `python -m pytest` (docs/tests.md: its count and time).
+All 41 are in the fast tier, the README's `python -m pytest` (docs/tests.md: its count; docs/test-suite.md: its time).
 
 Notation as in the paper and speculative.py: q is the target, p the draft, K the lookahead, x̃ a draft token.
 Part 1 runs speculative.verify, the round's accept/reject Tensor code, alone on hand-made (q, p) pairs, many
