@@ -11,7 +11,7 @@ x.linear(weight.T, bias), and fused leaves its Tensor as it is).
 
 Why. A decode step reads each weight once and does two flops a weight, so on a GPU its time is its bytes over the
 memory's bandwidth plus an overhead for every kernel it launches, the ramp up and down of each, even inside a
-CUDA graph (an estimate, docs/benchmarks.md, "On a GPU"). So a block is 10 kernels:
+CUDA graph (an estimate from one run: docs/gpu.md). So a block is 10 kernels:
 ln_1's statistics; q, k, v; the KV write; the scores; their max; their softmax times v; c_proj, adding the
 residual; ln_2's statistics; c_fc, with gelu; c_proj, adding the residual. Each product is one kernel that reads
 its weight once for all the rows of a call (K + 1 in a round), by tens of thousands of threads at neighbouring

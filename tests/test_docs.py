@@ -200,3 +200,11 @@ def test_readme_lines_fit():
   wide = [(n, columns(line)) for n, line in enumerate(README.read_text(encoding="utf-8").splitlines(), 1)
           if columns(line) > MAX_COLUMNS]
   assert wide == [], f"README.md lines wider than {MAX_COLUMNS} columns (line, width): {wide}"
+
+DOC_LINES, DOC_COLUMNS = 250, 120  # a docs page; the log, which keeps history, is exempt
+
+@pytest.mark.parametrize("page", [p for p in PAGES[1:] if p.name != "log.md"], ids=lambda p: p.name)
+def test_a_docs_page_fits(page: Path):
+  lines = page.read_text(encoding="utf-8").splitlines()
+  wide = [(n, columns(line)) for n, line in enumerate(lines, 1) if columns(line) > DOC_COLUMNS]
+  assert len(lines) <= DOC_LINES and wide == [], f"{page.name}: {len(lines)} lines; wider than {DOC_COLUMNS}: {wide}"
