@@ -561,6 +561,26 @@ def test_cli_compare_and_trace(gpt2_vocab_models):
                                                    "Algorithm 1 ÷ t(1)"]
   assert float(ratio.group(1)) == pytest.approx(math.prod(float(x) for _, x in terms), abs=0.03)
   assert re.search(r"break-even α +(\d\.\d\d|none at this K) ", out.stdout)
+  printed = {shape(line) for line in out.stdout.splitlines()}
+  assert [line for line in readme_stats_block() if shape(line) not in printed] == []
+
+def shape(line: str) -> str:
+  """A stats line with its figures and the run's own words (which term is furthest from 1) blanked."""
+  line = re.sub(r"\(furthest from 1: [^)]*\)", "(furthest from 1: …)", line.strip())
+  return re.sub(r"none at this K|\d+(?:\.\d+)?", "#", line)
+
+def readme_stats_block() -> list[str]:
+  """The stats lines of the README's try-it block (a run's output, wrapped), unwrapped: the block's lines from
+  Algorithm 2's counts on, a continuation (22 spaces in) joined to the line before."""
+  readme = (REPO / "README.md").read_text(encoding="utf-8")
+  block = readme.split("## Try it with no download", 1)[1].split("--- Algorithm 2", 1)[1].split("```", 1)[0]
+  lines: list[str] = []
+  for line in block.splitlines()[1:]:
+    if line.startswith(" " * 22) and lines:
+      lines[-1] += " " + line.strip()
+    elif line.strip():
+      lines.append(line)
+  return lines
 
 @pytest.mark.slow
 def test_cli_ngram_draft_greedy_prints_the_targets_greedy_text(gpt2_vocab_models):
@@ -700,3 +720,9 @@ def test_first_run_says_its_kernels_are_not_searched_and_ctrl_c_ends_the_search(
               env={"CACHEDB": str(tmp_path / "cache.db")})
   text = lambda out: out.split("\n\n---")[0]
   assert again.returncode == 0 and text(again.stdout) == text(stdout), again.stderr
+
+def test_the_setting_is_named_with_its_filters():
+  """The costs a run measures depend on its filters (each is work a step does): the command lines name them."""
+  assert session.setting(Sampling(0.7, 50, 0.9)) == "temperature 0.7, top-k 50, top-p 0.9"
+  assert session.setting(Sampling(1.0, 0, 0.95)) == "temperature 1, top-p 0.95"
+  assert session.setting(Sampling(0, 50, 0.9)) == "greedy" and session.setting(Sampling()) == "temperature 1"

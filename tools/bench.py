@@ -37,8 +37,8 @@ from speculative import Draft, autoregressive_sample, speculative_sample
 from weights import LoadError, checkpoint_dir, load_tokenizer, save_model, weights_of
 from engine.compiled import Compiled, beam_of, calls, step
 from tools.parts import time_parts
-from tools.session import choose_draft, load_models, load_named, main, open_run, options, search_kernels, warm_up
-from tools.session import warm_up_baseline
+from tools.session import choose_draft, load_models, load_named, main, open_run, options, search_kernels, setting
+from tools.session import warm_up, warm_up_baseline
 
 GPT2_VOCAB = 50257
 PROMPT_LEN = 8  # built-in prompts are cut to this many tokens: all runs compile and replay the same kernels
@@ -333,12 +333,13 @@ def table(rows: list[dict]) -> str:
   lines += ["  ".join(cell.rjust(w) for cell, w in zip(row, widths)) for row in cells]
   return "\n".join(lines)
 
-def at_real_alpha(rows: list[dict]) -> str:
-  """What each K's measured costs predict at α = ALPHA_REAL, real gpt2-xl + gpt2's estimate, and the best K."""
+def at_real_alpha(rows: list[dict], sampling: Sampling) -> str:
+  """What each K's measured costs (at the run's setting) predict at α = ALPHA_REAL, real gpt2-xl + gpt2's
+  estimate, and the best K."""
   speedups = {r["K"]: predicted_speedup(ALPHA_REAL, row_costs(r)) for r in rows}
   best = max(speedups, key=speedups.get)
   return (f"predicted at α = {ALPHA_REAL} (not measured: real gpt2-xl drafted by gpt2, as measured elsewhere; "
-          "see ALPHA_REAL) from each K's measured c₁, c, s and v: "
+          f"see ALPHA_REAL) from each K's c₁, c, s and v, measured at {setting(sampling)}: "
           + ", ".join(f"K={K} {x:.2f}x" for K, x in speedups.items()) + f"; the best measured K there: {best}")
 
 def row_costs(r: dict) -> Costs:
@@ -495,10 +496,6 @@ def kernels(calls: list, search: int) -> str:
             "machine (--search searches them first, untimed)")
   return "kernels: searched (tinygrad's BEAM search, cached on this machine)"
 
-def setting(sampling: Sampling) -> str:
-  """The sampling settings in words."""
-  return "greedy" if sampling.temperature == 0 else f"temperature {sampling.temperature:g}"
-
 def print_report(args: argparse.Namespace, rows: list[dict], sizes: tuple[int, int], sampling: Sampling,
                  prompts: list[list[int]], source: str, load: tuple[float, float]) -> None:
   """The table mode's output: what ran where, the bytes read per token, the table and what explains it."""
@@ -509,7 +506,7 @@ def print_report(args: argparse.Namespace, rows: list[dict], sizes: tuple[int, i
   print(textwrap.fill(bytes_line(rows, *sizes), 110) + "\n")
   print(table(rows))
   print("\n" + textwrap.fill(LEGEND, 110))
-  print("\n" + textwrap.fill(at_real_alpha(rows), 110))
+  print("\n" + textwrap.fill(at_real_alpha(rows, sampling), 110))
 
 def print_floor(args: argparse.Namespace, rows: list[dict], target_bytes: int) -> float | None:
   """Algorithm 1 and Algorithm 2 per token against the memory-bandwidth floor; the bandwidth (bytes/s)."""
@@ -540,7 +537,7 @@ def run_table(args: argparse.Namespace, Ks: list[int], sampling: Sampling) -> No
   print(textwrap.fill(costs_line(costs), 110))
   bandwidth = print_floor(args, rows, sizes[0])
   results = {"device": machine(), "target": args.target, "draft": args.draft, "random_weights": args.random,
-             "temperature": sampling.temperature, "prompts": prompts, "max_new_tokens": args.max_new_tokens,
+             "temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p, "prompts": prompts, "max_new_tokens": args.max_new_tokens,
              "load_average": load, "target_bytes": sizes[0], "draft_bytes": sizes[1], "bandwidth": bandwidth,
              "rows": rows, "step_costs": costs}
   tag = "greedy" if sampling.temperature == 0 else f"t{sampling.temperature:g}"

@@ -13,7 +13,7 @@ from costs import Stats, break_even_alpha, expected_tokens_per_round, measured_o
 from speculative import EOT, Stream, autoregressive_sample, check_models, speculative_sample
 from engine.compiled import calls
 from tools.parts import time_parts
-from tools.session import SEARCH_MINUTES, load_models, main, open_run, options, search_kernels, warm_up
+from tools.session import SEARCH_MINUTES, load_models, main, open_run, options, search_kernels, setting, warm_up
 from tools.session import warm_up_baseline
 
 # green, yellow, magenta; cyan: a plain target step, in a round where the draft proposed nothing
@@ -142,7 +142,7 @@ def run(args: argparse.Namespace) -> None:
     warm_up_baseline(target, prompt, K, sampling, args.seed)
   time_parts(target, draft, K, sampling, stats, prompt + tokens, baseline=args.compare)
   print(f"\n--- Algorithm 2 (speculative): target {args.target}, draft {args.draft}, K={K}, "
-        f"device {Device.DEFAULT}")
+        f"{setting(sampling)}, device {Device.DEFAULT}")
   print(report(stats, K))
   base = None
   if args.compare:

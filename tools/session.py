@@ -48,6 +48,13 @@ def options(ap: argparse.ArgumentParser, max_new_tokens: int) -> None:
   ap.add_argument("--tokenizer", help="folder with GPT-2's encoder.json and vocab.bpe "
                   "(default: the copies shipped in demo/, else tiktoken's download and cache)")
 
+def setting(sampling: Sampling) -> str:
+  """The sampling settings in words, as the costs a run measures depend on them (a filter is work a step does)."""
+  if sampling.temperature == 0:
+    return "greedy"
+  filters = [f"top-k {sampling.top_k}"] * bool(sampling.top_k) + [f"top-p {sampling.top_p:g}"] * (sampling.top_p < 1)
+  return ", ".join([f"temperature {sampling.temperature:g}", *filters])
+
 def open_run(args: argparse.Namespace, Ks: list[int], seed: int, prompt: str | None,
              device: str | None = None) -> Sampling:
   """Refuse bad settings with one sentence before anything loads (nobody should wait through a 7 GB load to
