@@ -151,13 +151,13 @@ def lookup_round(target: GPT2, K: int, sampling: Sampling, forward: Forward | No
   rows_of = forward or compiled_steps(sampling)
   def build(searched: bool) -> tuple[Callable[..., Tensor], list[UOp]]:
     def run(last: UOp, *rest: UOp) -> Tensor:
-      *given, k, seed, counter, at = rest
+      *given, k, seed, counter, start = rest
       drafts = symbolic_ids(given)
-      q = score(target, symbolic_ids((last, *given)), at, rows_of, searched)
+      q = score(target, symbolic_ids((last, *given)), start, rows_of, searched)
       return flagged(verify(drafts, one_hot(drafts, q.shape[-1]), q, k, random_bits(seed, counter, K + 2)), q)
     return run, [Variable("last", 0, V - 1), *[Variable(f"draft{t}", 0, V - 1) for t in range(K)],
                  Variable("k", 0, K), Variable("seed", 0, SEED_MAX), Variable("round", 0, SEED_MAX),
-                 Variable("at", 0, n_ctx - 1)]
+                 Variable("start", 0, n_ctx - 1)]
   name = f"a lookup round: {target.config.n_layer}-layer target, K={K}{given(forward)}"
   return Compiled(name, f"lookup|{signature(target)}|K={K}|{forward_key(sampling, forward)}", beam_of(target), build)
 

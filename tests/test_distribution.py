@@ -310,14 +310,15 @@ def argmax_draft(monkeypatch: pytest.MonkeyPatch, target: GPT2, draft: ModelDraf
 def filter_only_the_draft(monkeypatch: pytest.MonkeyPatch, target: GPT2, draft: ModelDraft) -> None:
   """top-k and top-p are applied to the draft's p but not to the target's q: the output follows the unfiltered
   target."""
-  broken(monkeypatch, "score", lambda model, ids, start, settings, searched:
-         forward_rows(model, ids, start, Sampling(settings.temperature), searched)[:ids.shape[0]], target)
+  unfiltered = Sampling(CASES["K=2, top-k 2"][1].temperature)  # its case's temperature, without the filters
+  broken(monkeypatch, "score", lambda model, ids, start, forward, searched:
+         forward_rows(model, ids, start, unfiltered, searched)[:ids.shape[0]], target)
 
 def score_one_position_late(monkeypatch: pytest.MonkeyPatch, target: GPT2, draft: ModelDraft) -> None:
   """An off-by-one in the target's rows: x̃_t is checked against q(x|x_1..x_n, x̃_1..x̃_t) instead of
   q(x|x_1..x_n, x̃_1..x̃_{t-1})."""
-  def late(model, ids, start, settings, searched):
-    q = forward_rows(model, ids, start, settings, searched)[:ids.shape[0]]
+  def late(model, ids, start, forward, searched):
+    q = forward(model, ids, start, searched)[:ids.shape[0]]
     return q[1:].cat(q[-1:])
   broken(monkeypatch, "score", late, target)
 
