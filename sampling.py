@@ -12,6 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 import math
 from tinygrad import Tensor, dtypes
+from tinygrad.codegen.opt import Opt, OptOps
+from tinygrad.function import function
+from layout import workgroups
 
 @dataclass(frozen=True)
 class Sampling:
@@ -34,18 +37,30 @@ class Sampling:
 
   def __call__(self, logits: Tensor) -> Tensor:
     """Probabilities (..., V) from logits (..., V), each row summing to 1 in float32."""
+    return self.filtered(logits, workgroups(logits.device))
+
+  def filtered(self, logits: Tensor, grouped: bool) -> Tensor:
+    """__call__, with the search of a device with workgroups (grouped) or of tinygrad's CPU device: either
+    keeps the same tokens, on any device."""
     if self.temperature == 0:
       return logits.argmax(-1).one_hot(logits.shape[-1]).float()
     logits = logits / self.temperature
     if self.top_k:
       # keep the tokens whose logit is at least the k-th largest, ties with it included
-      key = order_key(logits).contiguous()  # computed once: each pass of the search reads it
-      logits = (key >= largest_reaching(key, self.top_k, 32)).where(logits, float("-inf"))
-    probs = logits.softmax(-1)
+      key = order_key(logits)
+      if grouped:  # each pass computes the key again inside its kernel: a kernel fewer
+        cut, _ = largest_reaching_grouped(key, self.top_k, 32)
+      else:
+        key = key.contiguous()  # computed once: each pass of the search reads it
+        cut = largest_reaching(key, self.top_k, 32)
+      logits = (key >= cut).where(logits, float("-inf"))
+    # after top-k, top-p's passes compute the probabilities again in their kernels only from 3 buffers (softmax)
+    probs = softmax(logits) if grouped and self.top_k and self.top_p < 1 else logits.softmax(-1)
     if self.top_p < 1:
       # keep a token if the mass of the tokens more likely than it is < top_p: that keeps those at least as
       # likely as the cut-off, the least likely token the mass from the top needs to reach top_p, and its ties
-      probs = probs.contiguous()  # computed once: each pass of the search reads it
+      if not grouped:
+        probs = probs.contiguous()  # computed once: each pass of the search reads it
       # probabilities are >= 0, so their float32 bits order like them, and being <= 1.0 (0x3F800000) they
       # fit in 30 bits: one pass fewer than order_key's 32
       key = probs.bitcast(dtypes.uint32)
@@ -53,10 +68,24 @@ class Sampling:
       # (~4x faster per pass), and truncating each probability loses < 50257 * 2**-40 = 5e-8 in all, less
       # than float32 sums lose to rounding
       mass = (probs * 2**40).cast(dtypes.int64)
-      cut = largest_reaching(key, math.ceil(self.top_p * 2**40), 30, mass)
-      probs = (key >= cut).where(probs, 0.0)
+      target = math.ceil(self.top_p * 2**40)
+      if grouped:
+        # the search also returns the mass it kept, >= target: dividing by it instead of by a float32 sum
+        # of the kept probabilities saves that sum's kernels and errs by less than 5e-8 / top_p, relatively
+        cut, kept = largest_reaching_grouped(key, target, 30, mass)
+        return (key >= cut).where(probs * 2**40 / kept.float(), 0.0)
+      probs = (key >= largest_reaching(key, target, 30, mass)).where(probs, 0.0)
       probs = probs / probs.sum(-1, keepdim=True)
     return probs
+
+def softmax(logits: Tensor) -> Tensor:
+  """logits.softmax(-1), the same float32 operations, its max and sum written by one kernel into one buffer:
+  tinygrad computes probabilities inside each kernel that reads them, not in one of their own, only where they
+  read at most 3 buffers (remove_bufferize in tinygrad/schedule/rangeify.py), and after top-k they read the
+  logits, top-k's cut-off and these two."""
+  m = logits.max(-1, keepdim=True)
+  m, total = Tensor.stack(m, (logits - m).exp().sum(-1, keepdim=True)).contiguous()
+  return (logits - m).exp() / total
 
 def order_key(x: Tensor) -> Tensor:
   """A uint32 per float32 of x, in the same order (equal floats, equal keys): a float's bits order like an
@@ -91,3 +120,43 @@ def largest_reaching(key: Tensor, target: int | Tensor, bits: int, weight: Tenso
     # the candidates that reach target are the smallest, 1..n of them: t + n << low is the largest
     t = t + reach.sum(-1, keepdim=True).cast(dtypes.uint32) * (1 << low)
   return t
+
+
+def largest_reaching_grouped(key: Tensor, target: int | Tensor, bits: int,
+                             weight: Tensor | None = None) -> tuple[Tensor, Tensor]:
+  """largest_reaching's t, found in passes of 8 bits, and the weight of the keys >= t (the total where t is
+  0), both (..., 1) int64: the search of a device with workgroups, each pass two kernels.
+
+  Each pass tests t itself and its 255 successors c = t + i << low in one comparison over the row: one
+  kernel counts, for every c, the weight of the keys >= c, a workgroup of threads sharing each count; the next
+  keeps the largest c that reaches target, and its weight (the smallest that reaches: weights fall as c
+  grows). t reached target in the pass before (or is 0), so some c always does."""
+  *lead, V = key.shape
+  parts = -(-V // SPLIT)  # a row as parts of at most SPLIT keys, each summed by one workgroup
+  part = -(-V // (parts * GROUP)) * GROUP
+  pad = ((0, 0),) * len(lead) + ((0, parts * part - V),)  # keys 0 weighing 0: no c > 0 counts them
+  key = key.pad(pad).reshape(*lead, 1, parts, part)
+  if weight is not None:
+    weight = weight.pad(pad).reshape(*lead, 1, parts, part)
+  t: int | Tensor = 0
+  for high in range(bits, 0, -8):
+    low = max(high - 8, 0)  # the last pass may fix fewer bits
+    i = Tensor.arange(1 << (high - low), dtype=dtypes.int64)
+    c = t + i * (1 << low)  # (..., n, C)
+    above = key >= c.cast(dtypes.uint32).unsqueeze(-1).unsqueeze(-1)
+    reached = counted((above if weight is None else above.where(weight, 0)).sum(-1)).sum(-1).cast(dtypes.int64)
+    reach = (reached >= target) | (c == 0)  # t = 0 reaches by definition
+    best = Tensor.stack(reach.where(c, 0), reach.where(-reached, -2**62), dim=-1).max(-2)  # (..., 2)
+    t, total = best[..., :1], -best[..., 1:]
+  return t, total
+
+# tinygrad splits a sum of 32768 or more numbers into two kernels; a part of at most SPLIT + GROUP - 1 keys stays
+# one, whose GROUP threads a sum each add part / GROUP keys and meet in local memory
+SPLIT, GROUP = 32768 - 256, 256
+
+def counted(sums: Tensor) -> Tensor:
+  """sums (a sum over each part of a row), written by one kernel in which each sum is a workgroup's: on a device
+  without workgroups (where only tests call the grouped search), tinygrad's own kernels."""
+  if not workgroups(sums.device):
+    return sums
+  return function(lambda sums: sums.contiguous(arg=(Opt(OptOps.GROUP, 0, GROUP),)))(sums)
