@@ -7,6 +7,14 @@
 
 Speculative sampling applies the same Sampling to the draft (giving p) and to the target (giving q) at every
 position, so that Algorithm 2 compares like with like and emits the target's filtered distribution.
+
+top-k and top-p need a cut-off per row, found here without sorting: a search for the largest key t (a token's
+logit or probability, as an integer of the same order) whose tokens at or above t are k many, or weigh top_p.
+That count only falls as t grows, so t is built from its top bit down, a pass fixing a few bits by trying every
+value they can take, all in one comparison over the row; keys and counts are integers, so the cut-off is
+exactly the sorting definitions' (tests/test_nucleus.py holds it to a sort in NumPy). tinygrad's CPU device
+fixes 3 bits a pass (largest_reaching), a device with workgroups 8 (largest_reaching_grouped): why, in
+docs/benchmarks.md, "top-k and top-p cost no sort".
 """
 from __future__ import annotations
 from dataclasses import dataclass
@@ -41,7 +49,7 @@ class Sampling:
 
   def filtered(self, logits: Tensor, grouped: bool) -> Tensor:
     """__call__, with the search of a device with workgroups (grouped) or of tinygrad's CPU device: either
-    keeps the same tokens, on any device."""
+    keeps the same tokens, on any device (tests force each)."""
     if self.temperature == 0:
       return logits.argmax(-1).one_hot(logits.shape[-1]).float()
     logits = logits / self.temperature
@@ -71,7 +79,8 @@ class Sampling:
       target = math.ceil(self.top_p * 2**40)
       if grouped:
         # the search also returns the mass it kept, >= target: dividing by it instead of by a float32 sum
-        # of the kept probabilities saves that sum's kernels and errs by less than 5e-8 / top_p, relatively
+        # of the kept probabilities saves that sum's two kernels, and it errs by less than the < 5e-8 that
+        # truncation loses, over a mass of at least top_p
         cut, kept = largest_reaching_grouped(key, target, 30, mass)
         return (key >= cut).where(probs * 2**40 / kept.float(), 0.0)
       probs = (key >= largest_reaching(key, target, 30, mass)).where(probs, 0.0)
@@ -95,9 +104,9 @@ def order_key(x: Tensor) -> Tensor:
   negative = bits >= 0x80000000
   return negative.where(0x80000000 - (bits & 0x7FFFFFFF), bits + 0x80000000)
 
-# Bits fixed per pass of largest_reaching. A pass costs two kernel launches plus work in proportion to its
-# 2**STEP - 1 candidates: with 3 (11 passes for 32 bits) a tiny model's 5-row call ran fastest, 2 (16 passes)
-# 2% and 4 (8 passes of 15 candidates) 7% slower; at gpt2's shape the three were within 1%.
+# Bits fixed per pass of largest_reaching, the search of tinygrad's CPU device. A pass costs two kernel launches
+# plus arithmetic in proportion to its 2**STEP - 1 candidates, which on the CPU run on a core or two: there 3 (11
+# passes for 32 bits) ran fastest, against 2 and 4 (docs/benchmarks.md, "top-k and top-p cost no sort")
 STEP = 3
 
 def largest_reaching(key: Tensor, target: int | Tensor, bits: int, weight: Tensor | None = None) -> Tensor:
@@ -121,38 +130,42 @@ def largest_reaching(key: Tensor, target: int | Tensor, bits: int, weight: Tenso
     t = t + reach.sum(-1, keepdim=True).cast(dtypes.uint32) * (1 << low)
   return t
 
+# The search of a device with workgroups (a GPU), where a step's time goes mostly to launching its kernels and
+# a pass's 255 candidates take threads the device has to spare: 8 bits a pass, 4 passes of two kernels for 32
+# bits, not 11 (docs/benchmarks.md, "top-k and top-p cost no sort"). tinygrad splits a sum of 32768 or more
+# numbers into two kernels (split_reduceop in tinygrad/schedule/rangeify.py), so a row is summed as parts of at
+# most SPLIT + GROUP - 1 keys, each by a workgroup of GROUP threads that meet in local memory.
+SPLIT, GROUP = 32768 - 256, 256
 
 def largest_reaching_grouped(key: Tensor, target: int | Tensor, bits: int,
                              weight: Tensor | None = None) -> tuple[Tensor, Tensor]:
   """largest_reaching's t, found in passes of 8 bits, and the weight of the keys >= t (the total where t is
-  0), both (..., 1) int64: the search of a device with workgroups, each pass two kernels.
+  0), both int64 of largest_reaching's shape: the search of a device with workgroups, two kernels a pass.
 
   Each pass tests t itself and its 255 successors c = t + i << low in one comparison over the row: one
-  kernel counts, for every c, the weight of the keys >= c, a workgroup of threads sharing each count; the next
+  kernel adds up, for every c, the weight of the keys >= c, a workgroup of threads to each sum; the next
   keeps the largest c that reaches target, and its weight (the smallest that reaches: weights fall as c
-  grows). t reached target in the pass before (or is 0), so some c always does."""
+  grows). t reached target in the pass before (or is 0, which reaches by definition), so some c does."""
   *lead, V = key.shape
   parts = -(-V // SPLIT)  # a row as parts of at most SPLIT keys, each summed by one workgroup
   part = -(-V // (parts * GROUP)) * GROUP
-  pad = ((0, 0),) * len(lead) + ((0, parts * part - V),)  # keys 0 weighing 0: no c > 0 counts them
+  pad = ((0, 0),) * len(lead) + ((0, parts * part - V),)  # keys 0 that weigh 0
   key = key.pad(pad).reshape(*lead, 1, parts, part)
-  if weight is not None:
+  if weight is None:  # count the keys: each weighs 1, the padding's 0
+    weight = (Tensor.arange(parts * part) < V).reshape(parts, part).cast(dtypes.int32)
+  else:
     weight = weight.pad(pad).reshape(*lead, 1, parts, part)
-  t: int | Tensor = 0
+  t: int | Tensor = 0  # a Tensor (..., 1) after the first pass
   for high in range(bits, 0, -8):
     low = max(high - 8, 0)  # the last pass may fix fewer bits
-    i = Tensor.arange(1 << (high - low), dtype=dtypes.int64)
-    c = t + i * (1 << low)  # (..., n, C)
+    c = t + Tensor.arange(1 << (high - low), dtype=dtypes.int64) * (1 << low)  # (..., 256)
     above = key >= c.cast(dtypes.uint32).unsqueeze(-1).unsqueeze(-1)
-    reached = counted((above if weight is None else above.where(weight, 0)).sum(-1)).sum(-1).cast(dtypes.int64)
-    reach = (reached >= target) | (c == 0)  # t = 0 reaches by definition
-    best = Tensor.stack(reach.where(c, 0), reach.where(-reached, -2**62), dim=-1).max(-2)  # (..., 2)
-    t, total = best[..., :1], -best[..., 1:]
-  return t, total
-
-# tinygrad splits a sum of 32768 or more numbers into two kernels; a part of at most SPLIT + GROUP - 1 keys stays
-# one, whose GROUP threads a sum each add part / GROUP keys and meet in local memory
-SPLIT, GROUP = 32768 - 256, 256
+    weighs = counted(above.where(weight, 0).sum(-1)).sum(-1).cast(dtypes.int64)
+    reach = (weighs >= target) | (c == 0)  # t = 0 reaches by definition
+    # the largest c that reaches, and the smallest weight that does, as the max of a pair: one kernel
+    t, at_t = Tensor.stack(reach.where(c, 0), reach.where(-weighs, -2**62), dim=-1).max(-2).split(1, -1)
+    at_t = -at_t
+  return t, at_t
 
 def counted(sums: Tensor) -> Tensor:
   """sums (a sum over each part of a row), written by one kernel in which each sum is a workgroup's: on a device
