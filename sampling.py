@@ -67,8 +67,10 @@ class Sampling:
     if self.top_p < 1:
       # keep a token if the mass of the tokens more likely than it is < top_p: that keeps those at least as
       # likely as the cut-off, the least likely token the mass from the top needs to reach top_p, and its ties
+      # on tinygrad's CPU device computed once, each pass of the search reading them; with workgroups each pass
+      # computes them again in its own kernel, the same float32 operations (so the same bits): a kernel fewer
       if not grouped:
-        probs = probs.contiguous()  # computed once: each pass of the search reads it
+        probs = probs.contiguous()
       # probabilities are >= 0, so their float32 bits order like them, and being <= 1.0 (0x3F800000) they
       # fit in 30 bits: one pass fewer than order_key's 32
       key = probs.bitcast(dtypes.uint32)
@@ -158,7 +160,7 @@ def largest_reaching_grouped(key: Tensor, target: int | Tensor, bits: int,
   t: int | Tensor = 0  # a Tensor (..., 1) after the first pass
   for high in range(bits, 0, -8):
     low = max(high - 8, 0)  # the last pass may fix fewer bits
-    c = t + Tensor.arange(1 << (high - low), dtype=dtypes.int64) * (1 << low)  # (..., 256)
+    c = t + Tensor.arange(1 << (high - low), dtype=dtypes.int64) * (1 << low)  # (..., 2**(high - low))
     above = key >= c.cast(dtypes.uint32).unsqueeze(-1).unsqueeze(-1)
     weighs = counted(above.where(weight, 0).sum(-1)).sum(-1).cast(dtypes.int64)
     reach = (weighs >= target) | (c == 0)  # t = 0 reaches by definition

@@ -94,3 +94,31 @@ def test_the_grouped_search_finds_the_exact_key_and_its_weight(kind, weighted):
     want = reaching_reference(key, target, None if not weighted else weight)
     np.testing.assert_array_equal(got_t, want, err_msg=f"target {target}")
     np.testing.assert_array_equal(got_w[:, 0], [w[k >= u].sum() for k, w, u in zip(key, weight, want[:, 0])])
+
+COUNT = """
+import json
+from bench import step_cost
+from sampling import Sampling
+from weights import random_model
+model = random_model("2,2,64")  # the demo draft's shape: the filters' kernels do not depend on the layers
+settings = {"none": Sampling(), "top-k": Sampling(top_k=50), "top-p": Sampling(top_p=0.9),
+            "both": Sampling(top_k=50, top_p=0.9)}
+print(json.dumps({name: [step_cost(model, rows, s)[0] for rows in (1, 5)] for name, s in settings.items()}))
+"""
+
+@pytest.mark.slow
+def test_on_a_gpu_the_filters_add_at_most_8_kernels_each_and_16_together(tmp_path):
+  """Compiled for an H100 (DEV=NULL:CUDA:sm_90, NVRTC), a step of 1 row and of 5: top-k 50 and top-p 0.9 each add
+  at most 8 kernels to the unfiltered step, both together at most 16 (the CPU's search would add 28, 27, 55)."""
+  import json, os, subprocess, sys
+  from test_kernels import nvrtc_path
+  from tiny import REPO
+  if nvrtc_path() is None:
+    pytest.skip("NVRTC is not installed: pip install -r requirements-cuda.txt")
+  env = {**os.environ, "DEV": "NULL:CUDA:sm_90", "NVRTC_PATH": nvrtc_path(), "NULL_ALLOW_COPYOUT": "1", "BEAM": "0",
+         "CACHEDB": str(tmp_path / "cache.db"), "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}
+  out = subprocess.run([sys.executable, "-c", COUNT], capture_output=True, text=True, cwd=REPO, env=env, timeout=600)
+  assert out.returncode == 0, out.stderr
+  counts = json.loads(out.stdout.strip().splitlines()[-1])
+  added = {name: [n - none for n, none in zip(counts[name], counts["none"])] for name in ("top-k", "top-p", "both")}
+  assert max(added["top-k"] + added["top-p"]) <= 8 and max(added["both"]) <= 16, counts
