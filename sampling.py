@@ -8,6 +8,14 @@
 Speculative sampling applies the same Sampling to the draft (giving p) and to the target (giving q) at every
 position, so that Algorithm 2 compares like with like and emits the target's filtered distribution.
 
+top-k and top-p need a cut-off per row, found here without sorting: a search for the largest key t (a token's
+logit or probability, as an integer of the same order) whose tokens at or above t are k many, or weigh top_p.
+That count only falls as t grows, so t is built from its top bit down, a pass fixing a few bits by trying every
+value they can take, all in one comparison over the row; keys and counts are integers, so the cut-off is
+exactly the sorting definitions' (tests/test_nucleus.py holds it to a sort in NumPy). tinygrad's CPU device
+fixes 3 bits a pass (largest_reaching), a device with workgroups 8 (largest_reaching_grouped): why, in
+docs/benchmarks.md, "top-k and top-p cost no sort".
+
 Then the draws, on the device too: random_bits, uniform r for the accept tests, and draw, one token per row.
 What "exact" means for them: the tokens follow the distribution as the device computes it (float32
 probabilities, each row normalised within float32 rounding; float16 models compute another q, close to it).
@@ -21,6 +29,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 import math
 from tinygrad import Tensor, UOp, dtypes
+from tinygrad.codegen.opt import Opt, OptOps
+from tinygrad.function import function
+from engine.layout import workgroups
 
 # the one sentence for non-finite probabilities, on the device (speculative.py) and the host (reference.py)
 NOT_FINITE = ("The model produced NaN or infinite probabilities: its weights may be corrupt, so fetch them "
@@ -47,29 +58,57 @@ class Sampling:
 
   def __call__(self, logits: Tensor) -> Tensor:
     """Probabilities (..., V) from logits (..., V), each row summing to 1 in float32."""
+    return self.filtered(logits, workgroups(logits.device))
+
+  def filtered(self, logits: Tensor, grouped: bool) -> Tensor:
+    """__call__, with the search of a device with workgroups (grouped) or of tinygrad's CPU device: either
+    keeps the same tokens, on any device (tests force each)."""
     if self.temperature == 0:
       return logits.argmax(-1).one_hot(logits.shape[-1]).float()
     logits = logits / self.temperature
     if self.top_k:
       # keep the tokens whose logit is at least the k-th largest, ties with it included
-      key = order_key(logits).contiguous()  # computed once: each pass of the search reads it
-      logits = (key >= largest_reaching(key, self.top_k, 32)).where(logits, float("-inf"))
-    probs = logits.softmax(-1)
+      key = order_key(logits)
+      if grouped:  # each pass computes the key again inside its kernel: a kernel fewer
+        cut, _ = largest_reaching_grouped(key, self.top_k, 32)
+      else:
+        key = key.contiguous()  # computed once: each pass of the search reads it
+        cut = largest_reaching(key, self.top_k, 32)
+      logits = (key >= cut).where(logits, float("-inf"))
+    # after top-k, top-p's passes compute the probabilities again in their kernels only from 3 buffers (softmax)
+    probs = softmax(logits) if grouped and self.top_k and self.top_p < 1 else logits.softmax(-1)
     if self.top_p < 1:
       # keep a token if the mass of the tokens more likely than it is < top_p: that keeps those at least as
       # likely as the cut-off, the least likely token the mass from the top needs to reach top_p, and its ties
-      probs = probs.contiguous()  # computed once: each pass of the search reads it
+      # on tinygrad's CPU device computed once, each pass of the search reading them; with workgroups each pass
+      # computes them again in its own kernel, the same float32 operations (so the same bits): a kernel fewer
+      if not grouped:
+        probs = probs.contiguous()
       # probabilities are >= 0, so their float32 bits order like them, and being <= 1.0 (0x3F800000) they
       # fit in 30 bits: one pass fewer than order_key's 32
       key = probs.bitcast(dtypes.uint32)
-      # the mass in integer units of 2**-40: integer sums vectorise where float ones may not be reordered
-      # (~4x faster per pass), and truncating each probability loses < 50257 * 2**-40 = 5e-8 in all, less
-      # than float32 sums lose to rounding
+      # the mass in integer units of 2**-40: integer sums vectorise where float ones may not be reordered, and
+      # truncating each probability loses < 50257 * 2**-40 = 5e-8 in all, less than float32 sums lose to rounding
       mass = (probs * 2**40).cast(dtypes.int64)
-      cut = largest_reaching(key, math.ceil(self.top_p * 2**40), 30, mass)
-      probs = (key >= cut).where(probs, 0.0)
+      target = math.ceil(self.top_p * 2**40)
+      if grouped:
+        # the search also returns the mass it kept, >= target: dividing by it instead of by a float32 sum
+        # of the kept probabilities saves that sum's two kernels, and it errs by less than the < 5e-8 that
+        # truncation loses, over a mass of at least top_p
+        cut, kept = largest_reaching_grouped(key, target, 30, mass)
+        return (key >= cut).where(probs * 2**40 / kept.float(), 0.0)
+      probs = (key >= largest_reaching(key, target, 30, mass)).where(probs, 0.0)
       probs = probs / probs.sum(-1, keepdim=True)
     return probs
+
+def softmax(logits: Tensor) -> Tensor:
+  """logits.softmax(-1), the same float32 operations, its max and sum written by one kernel into one buffer:
+  tinygrad computes probabilities inside each kernel that reads them, not in one of their own, only where they
+  read at most 3 buffers (remove_bufferize in tinygrad/schedule/rangeify.py), and after top-k they read the
+  logits, top-k's cut-off and these two."""
+  m = logits.max(-1, keepdim=True)
+  m, total = Tensor.stack(m, (logits - m).exp().sum(-1, keepdim=True)).contiguous()
+  return (logits - m).exp() / total
 
 def order_key(x: Tensor) -> Tensor:
   """A uint32 per float32 of x, in the same order (equal floats, equal keys): a float's bits order like an
@@ -79,9 +118,9 @@ def order_key(x: Tensor) -> Tensor:
   negative = bits >= 0x80000000
   return negative.where(0x80000000 - (bits & 0x7FFFFFFF), bits + 0x80000000)
 
-# Bits fixed per pass of largest_reaching. A pass costs two kernel launches plus work in proportion to its
-# 2**STEP - 1 candidates: with 3 (11 passes for 32 bits) a tiny model's 5-row call ran fastest, 2 (16 passes)
-# 2% and 4 (8 passes of 15 candidates) 7% slower; at gpt2's shape the three were within 1%.
+# Bits fixed per pass of largest_reaching, the search of tinygrad's CPU device. A pass costs two kernel launches
+# plus arithmetic in proportion to its 2**STEP - 1 candidates, which on the CPU run on a core or two: there 3 (11
+# passes for 32 bits) ran fastest, against 2 and 4 (docs/benchmarks.md, "top-k and top-p cost no sort")
 STEP = 3
 
 def largest_reaching(key: Tensor, target: int | Tensor, bits: int, weight: Tensor | None = None) -> Tensor:
@@ -104,6 +143,50 @@ def largest_reaching(key: Tensor, target: int | Tensor, bits: int, weight: Tenso
     # the candidates that reach target are the smallest, 1..n of them: t + n << low is the largest
     t = t + reach.sum(-1, keepdim=True).cast(dtypes.uint32) * (1 << low)
   return t
+
+# The search of a device with workgroups (a GPU), where a step's time goes mostly to launching its kernels and
+# a pass's 255 candidates take threads the device has to spare: 8 bits a pass, 4 passes of two kernels for 32
+# bits, not 11 (docs/benchmarks.md, "top-k and top-p cost no sort"). tinygrad splits a sum of 32768 or more
+# numbers into two kernels (split_reduceop in tinygrad/schedule/rangeify.py), so a row is summed as parts of at
+# most SPLIT + GROUP - 1 keys, each by a workgroup of GROUP threads that meet in local memory.
+SPLIT, GROUP = 32768 - 256, 256
+
+def largest_reaching_grouped(key: Tensor, target: int | Tensor, bits: int,
+                             weight: Tensor | None = None) -> tuple[Tensor, Tensor]:
+  """largest_reaching's t, found in passes of 8 bits, and the weight of the keys >= t (the total where t is
+  0), both int64 of largest_reaching's shape: the search of a device with workgroups, two kernels a pass.
+
+  Each pass tests t itself and its 255 successors c = t + i << low in one comparison over the row: one
+  kernel adds up, for every c, the weight of the keys >= c, a workgroup of threads to each sum; the next
+  keeps the largest c that reaches target, and its weight (the smallest that reaches: weights fall as c
+  grows). t reached target in the pass before (or is 0, which reaches by definition), so some c does."""
+  *lead, V = key.shape
+  parts = -(-V // SPLIT)  # a row as parts of at most SPLIT keys, each summed by one workgroup
+  part = -(-V // (parts * GROUP)) * GROUP
+  pad = ((0, 0),) * len(lead) + ((0, parts * part - V),)  # keys 0 that weigh 0
+  key = key.pad(pad).reshape(*lead, 1, parts, part)
+  if weight is None:  # count the keys: each weighs 1, the padding's 0
+    weight = (Tensor.arange(parts * part) < V).reshape(parts, part).cast(dtypes.int32)
+  else:
+    weight = weight.pad(pad).reshape(*lead, 1, parts, part)
+  t: int | Tensor = 0  # a Tensor (..., 1) after the first pass
+  for high in range(bits, 0, -8):
+    low = max(high - 8, 0)  # the last pass may fix fewer bits
+    c = t + Tensor.arange(1 << (high - low), dtype=dtypes.int64) * (1 << low)  # (..., 2**(high - low))
+    above = key >= c.cast(dtypes.uint32).unsqueeze(-1).unsqueeze(-1)
+    weighs = counted(above.where(weight, 0).sum(-1)).sum(-1).cast(dtypes.int64)
+    reach = (weighs >= target) | (c == 0)  # t = 0 reaches by definition
+    # the largest c that reaches, and the smallest weight that does, as the max of a pair: one kernel
+    t, at_t = Tensor.stack(reach.where(c, 0), reach.where(-weighs, -2**62), dim=-1).max(-2).split(1, -1)
+    at_t = -at_t
+  return t, at_t
+
+def counted(sums: Tensor) -> Tensor:
+  """sums (a sum over each part of a row), written by one kernel in which each sum is a workgroup's: on a device
+  without workgroups (where only tests call the grouped search), tinygrad's own kernels."""
+  if not workgroups(sums.device):
+    return sums
+  return function(lambda sums: sums.contiguous(arg=(Opt(OptOps.GROUP, 0, GROUP),)))(sums)
 
 # ***** random numbers and draws *****
 
