@@ -576,8 +576,8 @@ def readme_stats_block() -> list[str]:
   block = readme.split("## Try it with no download", 1)[1].split("--- Algorithm 2", 1)[1].split("```", 1)[0]
   lines: list[str] = []
   for line in block.splitlines()[1:]:
-    if line.startswith(" " * 22) and lines:
-      lines[-1] += " " + line.strip()
+    if line.startswith(" " * 22):  # a continuation (of the header's, before the first stats line: skipped)
+      lines[-1:] = [lines[-1] + " " + line.strip()] if lines else []
     elif line.strip():
       lines.append(line)
   return lines
