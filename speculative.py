@@ -107,7 +107,7 @@ def verify(drafts: Tensor, p: Tensor, q: Tensor, k: int | UOp, bits: Tensor) -> 
 Forward = Callable[[GPT2, Tensor, UOp, bool], Tensor]
 
 def compiled_steps(sampling: Sampling) -> Forward:
-  """The models' compiled steps under sampling: what a round runs, and what c and r are timed on alone."""
+  """The models' compiled steps under sampling: what a round runs, and what c and s are timed on alone."""
   return lambda model, ids, start_pos, searched: forward_rows(model, ids, start_pos, sampling, searched)
 
 def model_round(target: GPT2, draft: GPT2, K: int, sampling: Sampling, forward: Forward | None = None) -> Compiled:
@@ -140,7 +140,8 @@ def model_round(target: GPT2, draft: GPT2, K: int, sampling: Sampling, forward: 
     return run, [Variable("start", 0, n_ctx - 2), Variable("j", 0, 1), Variable("before", 0, V - 1),
                  Variable("last", 0, V - 1), Variable("k", 0, K), Variable("seed", 0, SEED_MAX),
                  Variable("round", 0, SEED_MAX), Variable("at", 0, n_ctx - 1)]
-  name = f"a round: {draft.config.n_layer}-layer draft, {target.config.n_layer}-layer target, K={K}{given(forward)}"
+  name = f"a round: {draft.config.n_layer}-layer draft, {target.config.n_layer}-layer target, K={K}"
+  name += f", {forward_key(sampling, forward)}" * (forward is not None)
   key = f"round|{signature(target)}|{signature(draft)}|K={K}|{forward_key(sampling, forward)}"
   return Compiled(name, key, beam_of(target), build)
 
@@ -158,17 +159,14 @@ def lookup_round(target: GPT2, K: int, sampling: Sampling, forward: Forward | No
     return run, [Variable("last", 0, V - 1), *[Variable(f"draft{t}", 0, V - 1) for t in range(K)],
                  Variable("k", 0, K), Variable("seed", 0, SEED_MAX), Variable("round", 0, SEED_MAX),
                  Variable("start", 0, n_ctx - 1)]
-  name = f"a lookup round: {target.config.n_layer}-layer target, K={K}{given(forward)}"
+  name = f"a lookup round: {target.config.n_layer}-layer target, K={K}" + f", {forward_key(sampling, forward)}" * (
+    forward is not None)
   return Compiled(name, f"lookup|{signature(target)}|K={K}|{forward_key(sampling, forward)}", beam_of(target), build)
 
-def given(forward: Forward | None) -> str:
-  """The forward given instead of the models' steps, for a round's name."""
-  return "" if forward is None else f", {forward.__qualname__} for the models' steps"
-
 def forward_key(sampling: Sampling, forward: Forward | None) -> str:
-  """What a round's kernels depend on in its forward, for its key: the Sampling of its models' steps, or the name of
-  the forward given instead."""
-  return repr(sampling) if forward is None else forward.__qualname__
+  """What a round's kernels depend on in its forward, for its key and name: the Sampling of its models' steps, or
+  the name of the forward given instead."""
+  return repr(sampling) if forward is None else f"{forward.__qualname__} for the models' steps"
 
 def one_hot(drafts: Tensor, V: int) -> Tensor:
   """The distributions p (K, V) of a deterministic draft: all the mass on each x̃. Then the test
@@ -216,14 +214,12 @@ class Draft(Protocol):
 
   def round(self, target: GPT2, x: list[int], K: int, k: int, sampling: Sampling,
             forward: Forward | None = None) -> Round:
-    """This round's compiled call, the values it binds before (seed, round, n-1), and how many drafts count
-    (at most k): 0 when it proposes none, and then the call is Algorithm 1's step (token_step). forward: as
-    model_round's."""
+    """This round's compiled call, the values it binds before (seed, round, n-1), and how many drafts count (at
+    most k): 0 when it proposes none, and then the call is Algorithm 1's step. forward: as model_round's."""
 
   def steps(self, x: list[int], sampling: Sampling) -> dict[str, Part]:
-    """The steps of its model that a round after x runs, by name, each compiled as the round runs it, for a
-    measurement to time alone: "first" (x_{n-1} and x_n, 2 rows) and "later" (1 row); none for a draft that
-    runs no model."""
+    """Its model's steps in a round after x, as the round runs them, by name, for a measurement to time alone:
+    "first" (x_{n-1} and x_n, 2 rows) and "later" (1 row); none for a draft that runs no model."""
 
 class ModelDraft:
   """A smaller GPT-2 as the draft p: its K steps run inside the round's compiled call (model_round)."""
@@ -251,9 +247,8 @@ class NgramDraft:
   It finds the latest earlier occurrence of the context's last n tokens (n from max_n down to 1) in the
   prompt and the text so far, and proposes up to K of the tokens that followed it.
 
-  It is deterministic, so p is one-hot at each x̃ (see one_hot) and Theorem 1 holds as for any draft. Its
-  drafts cost a lookup on the host, outside the round's call: it pays on text that repeats its input, where
-  the target's K+1 rows buy more than one token. When nothing matches, the round is one ordinary target step.
+  It is deterministic, so p is one-hot at each x̃ (see one_hot) and Theorem 1 holds as for any draft. It pays on
+  text that repeats its input. When nothing matches, the round is one ordinary target step.
   """
   models: list[GPT2] = []
 
