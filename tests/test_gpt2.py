@@ -158,7 +158,7 @@ def test_search_is_never_in_a_call_and_gives_the_same_logits(tmp_path, monkeypat
   monkeypatch.setattr(tinygrad.helpers, "_db_connection", None)
   monkeypatch.setattr(tinygrad.helpers, "_db_tables", set())
   folder = write_checkpoint(tmp_path, n_layer=1, n_head=2, n_embd=16, vocab_size=40, n_ctx=16, seed=4)
-  monkeypatch.setattr(compiled, "SEARCH", 1)  # as BEAM=1 would
+  monkeypatch.setattr(compiled, "BEAM_SET", 1)  # as BEAM=1 would
   model, ref = load_model(str(folder)), load_model(str(folder))
   tokens = [3, 1, 4]
   expected = logits(ref, tokens, 0)  # the default kernels, before anything is searched

@@ -355,7 +355,7 @@ def test_unlikelihood_steps_push_a_loop_down():
       return probs[loop].mean().item()
     before, opt = p(), train.optimizer(hf, lr, 0.0)
     for _ in range(10):
-      train.step(hf.train(), opt, train.unlikelihood_loss(hf, seq, loop))
+      train.optimizer_step(hf.train(), opt, train.unlikelihood_loss(hf, seq, loop))
     return before, p()
   before, after = loop_probability(1e-2)
   assert after < before / 2, (before, after)
