@@ -69,12 +69,12 @@ def test_table_has_ms_per_round_the_alpha_line_and_the_floor(tmp_path):
   assert "kernels: tinygrad's default ones (the search is off" in out.stdout  # the suite runs with BEAM=0
 
 @pytest.mark.slow
-def test_scoring_prints_total_host_and_ratio_per_T():
+def test_scoring_prints_total_host_and_ratio_per_m():
   out = bench("--random", "--target", "1,2,16", "--scoring")
   assert out.returncode == 0, out.stderr
   lines = out.stdout.splitlines()
   header = next(i for i, line in enumerate(lines) if "total ms" in line)
-  assert lines[header].split() == ["T", "total", "ms", "host", "ms", "host", "share", "t(T)/t(1)", "GFLOP/s",
+  assert lines[header].split() == ["m", "total", "ms", "host", "ms", "host", "share", "t(m)/t(1)", "GFLOP/s",
                                    "kernels", "bytes", "÷", "weights"]
   rows = [line.split() for line in lines[header + 1:header + 9]]
   assert [row[0] for row in rows] == [str(T) for T in range(1, 9)]

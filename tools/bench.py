@@ -3,7 +3,7 @@
     python -m tools.bench --target gpt2-xl --draft gpt2                        # the table for K = 4
     python -m tools.bench --target gpt2-xl --draft gpt2 --sweep 1,2,3,4,5,6    # one row per K; Figure 1 as PNGs
     python -m tools.bench --random --target gpt2 --draft 2,4,256 --greedy      # random weights: no download
-    python -m tools.bench --random --target gpt2 --scoring                     # one call of T tokens: the time
+    python -m tools.bench --random --target gpt2 --scoring                     # one call of m tokens: the time
     python -m tools.bench --random --target gpt2 --draft ngram --prompt "..."  # prompt lookup, on your prompt
     python -m tools.bench --target ckpt/big --draft ckpt/small --vs-hf         # against Hugging Face's
     DEV=NULL NULL_ALLOW_COPYOUT=1 python -m tools.bench --random --target gpt2-xl --scoring   # host work alone
@@ -20,7 +20,7 @@ kernel and reads back zeros) every time is host work: what Python and tinygrad s
 
 Where the time goes: the table's header gives the weights each algorithm reads per token, its footer the
 memory-bandwidth floor (the target's weights ÷ the bandwidth: --bandwidth, or measured) and each algorithm
-against it. --scoring times one target call of T tokens alone: in total, its host part, and t(T)/t(1).
+against it. --scoring times one target call of m tokens alone: in total, its host part, and t(m)/t(1).
 """
 from __future__ import annotations
 import argparse, json, math, os, pathlib, platform, statistics, sys, tempfile, textwrap, time
@@ -59,7 +59,7 @@ PROMPTS = [
 # which the i.i.d. model (accepted ÷ drafted = (α + ... + α^K) / K) fits with α = 0.71 (0.66 to 0.74 over its
 # dtypes and K). The measured costs are also priced at this α.
 ALPHA_REAL = 0.71
-SCORING_T = range(1, 9)  # --scoring times one call of each of these many tokens
+SCORING_M = range(1, 9)  # --scoring times one call of each of these many tokens, m
 SCORING_REPS = 7         # and takes the median of this many calls, after the one that compiles and captures
 
 # ***** models and prompts *****
@@ -168,27 +168,27 @@ def summarize(K: int, runs: list[tuple[Stats, Stats]]) -> dict:
 
 def scoring_cost(model: GPT2, lengths: range, reps: int, sampling: Sampling,
                  search: bool) -> dict[int, tuple[float, float]]:
-  """Per T: the median seconds of one compiled step of T rows with its probabilities read on the host, and of
+  """Per m: the median seconds of one compiled step of m rows with its probabilities read on the host, and of
   its host part, the time until the step's call returns. With search, the kernels are searched first, untimed.
 
   On an asynchronous device (CUDA, Metal) the call returns once its kernels are queued, so the host part is
   the host work (binding the Variables, launching the compiled step), the rest the device's and the copy's.
   On the CPU backend the kernels run inside the call, so there the host part includes them.
   """
-  times: dict[int, list[tuple[float, float]]] = {T: [] for T in lengths}
-  for r in tqdm(range(reps + 1), desc="scoring (rounds over T)"):
+  times: dict[int, list[tuple[float, float]]] = {m: [] for m in lengths}
+  for r in tqdm(range(reps + 1), desc="scoring (rounds over m)"):
     if r == 1 and search:
       search_kernels(calls(model), math.inf)
-    for T in lengths:  # T interleaved, so that a change of load on the machine touches every T alike
+    for m in lengths:  # m interleaved, so that a change of load on the machine touches every m alike
       start = time.perf_counter()
-      call = step(model, T, sampling)
-      out = call(PROMPT_LEN + r, *[0] * T)
+      call = step(model, m, sampling)
+      out = call(PROMPT_LEN + r, *[0] * m)
       returned = time.perf_counter()
       call.to_host(out).copy().astype(np.float64)  # as compiled.logits and reference.next_probs read it
       if r >= 1:  # the first call of a shape compiles and captures its compiled step
-        times[T].append((time.perf_counter() - start, returned - start))
+        times[m].append((time.perf_counter() - start, returned - start))
   median = statistics.median
-  return {T: (median(t for t, _ in pairs), median(h for _, h in pairs)) for T, pairs in times.items()}
+  return {m: (median(t for t, _ in pairs), median(h for _, h in pairs)) for m, pairs in times.items()}
 
 def model_bytes(model: GPT2) -> int:
   """The bytes of the model's weights (weights_of: not its KV caches, nor its compiled calls' results), which one
@@ -423,8 +423,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
   ap.add_argument("--prompts", type=int, default=4, help=f"how many prompts (default 4), the built-in ones "
                   f"cut to {PROMPT_LEN} tokens; prompt i uses seed i")
   ap.add_argument("--prompt", help="your own prompt, used whole: --prompts times, with seeds 0, 1, ...")
-  ap.add_argument("--scoring", action="store_true", help=f"only time one target call of T = {SCORING_T[0]}.."
-                  f"{SCORING_T[-1]} tokens: in total, its host part, and against T = 1")
+  ap.add_argument("--scoring", action="store_true", help=f"only time one target call of m = {SCORING_M[0]}.."
+                  f"{SCORING_M[-1]} tokens: in total, its host part, and against m = 1")
   ap.add_argument("--search", action="store_true", help="search the fastest kernels before timing (minutes "
                   "the first time on a machine, then cached; never timed)")
   ap.add_argument("--bandwidth", type=float, help="the device's memory bandwidth in GB/s, for the floor "
@@ -460,31 +460,31 @@ def describe(args: argparse.Namespace) -> str:
   return f"target {args.target}, draft {args.draft}{kind}"
 
 def run_scoring(args: argparse.Namespace, sampling: Sampling) -> None:
-  """--scoring: the time of one target call per T, its host part, t(T)/t(1), the arithmetic rate, and t(1)
+  """--scoring: the time of one target call per m, its host part, t(m)/t(1), the arithmetic rate, and t(1)
   against the floor."""
   target = load_named(args, args.target, seed=0)
-  cost = scoring_cost(target, SCORING_T, SCORING_REPS, sampling, args.search)
+  cost = scoring_cost(target, SCORING_M, SCORING_REPS, sampling, args.search)
   kind = " (random weights)" if args.random else ""
-  print(f"\ndevice {machine()}\ntarget {args.target}{kind}: one call of T tokens with a Sampling head, then "
+  print(f"\ndevice {machine()}\ntarget {args.target}{kind}: one call of m tokens with a Sampling head, then "
         f"its probabilities copied to the host; median of {SCORING_REPS}\n"
         f"{kernels(calls(target), beam_of(target))}")
   target_bytes = model_bytes(target)
   params = target_bytes // target.wte.weight.dtype.itemsize
-  print("  T   total ms    host ms   host share   t(T)/t(1)   GFLOP/s   kernels   bytes ÷ weights")
-  for T, (t, host) in cost.items():
-    rate = "-" if Device.DEFAULT == "NULL" else f"{2 * params * T / t / 1e9:.1f}"  # NULL runs no arithmetic
-    kernel_count, ratio = step_cost(target, T, sampling)
-    print(f"{T:>3}  {1e3 * t:>9.3f}  {1e3 * host:>9.3f}  {100 * host / t:>10.0f}%  {t / cost[1][0]:>10.2f}"
+  print("  m   total ms    host ms   host share   t(m)/t(1)   GFLOP/s   kernels   bytes ÷ weights")
+  for m, (t, host) in cost.items():
+    rate = "-" if Device.DEFAULT == "NULL" else f"{2 * params * m / t / 1e9:.1f}"  # NULL runs no arithmetic
+    kernel_count, ratio = step_cost(target, m, sampling)
+    print(f"{m:>3}  {1e3 * t:>9.3f}  {1e3 * host:>9.3f}  {100 * host / t:>10.0f}%  {t / cost[1][0]:>10.2f}"
           f"  {rate:>8}  {kernel_count:>8}  {ratio:>16.3f}")
   print("host: the time until the step's call returns, before its result is read. On an asynchronous\n"
         "device (CUDA, Metal) that is the host work, the kernels being only queued; on the CPU backend they\n"
         "run inside the call.\n"
-        "GFLOP/s: 2 × weights × T (each weight is a multiply and an add per token) ÷ total: where this rate\n"
-        "meets the device's peak, each extra token costs its arithmetic, and t(T)/t(1) grows with T.\n"
+        "GFLOP/s: 2 × weights × m (each weight is a multiply and an add per token) ÷ total: where this rate\n"
+        "meets the device's peak, each extra token costs its arithmetic, and t(m)/t(1) grows with m.\n"
         "kernels, bytes: the call's kernels, and the bytes they touch ÷ the weights' (tinygrad's count).")
   bandwidth, source = find_bandwidth(args.bandwidth)
   print(f"\nweights read per call: target {target_bytes / 1e9:.3f} GB")
-  timings = {"one call of T = 1 (Algorithm 1's step)": 1e3 * cost[1][0]}
+  timings = {"one call of m = 1 (Algorithm 1's step)": 1e3 * cost[1][0]}
   print("\n".join(floor_lines(target_bytes, bandwidth, source, timings)))
 
 def kernels(calls: list, search: int) -> str:
