@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU measurement of docs/benchmarks.md: gpt2-xl drafted by gpt2 on an NVIDIA card (tools/bench.py: random weights
+# The GPU measurement of docs/gpu.md: gpt2-xl drafted by gpt2 on an NVIDIA card (tools/bench.py: random weights
 # in float16, K = 4, 48 new tokens, 2 prompts, tinygrad's default kernels (BEAM=0), --bandwidth of the card),
 # each model's steps of 1 and 5 rows kernel by kernel (JIT=2 DEBUG=2, after the timed runs), then summary.md:
 # Algorithm 1 against its memory floor, s, c, a round ÷ its parts, the measured speedup, the cost model's
