@@ -48,7 +48,7 @@ def score(target: GPT2, ids: Tensor, start_pos: UOp, forward: Forward, searched:
   """Algorithm 2: "In parallel, compute K + 1 sets of logits from drafts x̃_1, ..., x̃_K:
   q(x|x_1, ..., x_n), q(x|x_1, ..., x_n, x̃_1), ..., q(x|x_1, ..., x_n, x̃_1, ..., x̃_K)":
   one pass of the target on [x_n, x̃_1, ..., x̃_K] from cache position n-1, under the draft's Sampling."""
-  # the target's compiled step of K+1 rows, padding included: the kernels that r is timed on; the padding rows
+  # the target's compiled step of K+1 rows, padding included: the kernels that s is timed on; the padding rows
   # are dropped after they are realized
   return forward(target, ids, start_pos, searched)[:ids.shape[0]]
 
@@ -140,10 +140,10 @@ def model_round(target: GPT2, draft: GPT2, K: int, sampling: Sampling, forward: 
     return run, [Variable("start", 0, n_ctx - 2), Variable("j", 0, 1), Variable("before", 0, V - 1),
                  Variable("last", 0, V - 1), Variable("k", 0, K), Variable("seed", 0, SEED_MAX),
                  Variable("round", 0, SEED_MAX), Variable("at", 0, n_ctx - 1)]
+  given = forward_key(sampling, forward)
   name = f"a round: {draft.config.n_layer}-layer draft, {target.config.n_layer}-layer target, K={K}"
-  name += f", {forward_key(sampling, forward)}" * (forward is not None)
-  key = f"round|{signature(target)}|{signature(draft)}|K={K}|{forward_key(sampling, forward)}"
-  return Compiled(name, key, beam_of(target), build)
+  name += "" if forward is None else f", {given}"
+  return Compiled(name, f"round|{signature(target)}|{signature(draft)}|K={K}|{given}", beam_of(target), build)
 
 def lookup_round(target: GPT2, K: int, sampling: Sampling, forward: Forward | None = None) -> Compiled:
   """Algorithm 2's round with drafts known on the host (prompt lookup), compiled: Variables (x_n, x̃_1..x̃_K, k,
@@ -159,13 +159,13 @@ def lookup_round(target: GPT2, K: int, sampling: Sampling, forward: Forward | No
     return run, [Variable("last", 0, V - 1), *[Variable(f"draft{t}", 0, V - 1) for t in range(K)],
                  Variable("k", 0, K), Variable("seed", 0, SEED_MAX), Variable("round", 0, SEED_MAX),
                  Variable("start", 0, n_ctx - 1)]
-  name = f"a lookup round: {target.config.n_layer}-layer target, K={K}" + f", {forward_key(sampling, forward)}" * (
-    forward is not None)
-  return Compiled(name, f"lookup|{signature(target)}|K={K}|{forward_key(sampling, forward)}", beam_of(target), build)
+  given = forward_key(sampling, forward)
+  name = f"a lookup round: {target.config.n_layer}-layer target, K={K}" + ("" if forward is None else f", {given}")
+  return Compiled(name, f"lookup|{signature(target)}|K={K}|{given}", beam_of(target), build)
 
 def forward_key(sampling: Sampling, forward: Forward | None) -> str:
-  """What a round's kernels depend on in its forward, for its key and name: the Sampling of its models' steps, or
-  the name of the forward given instead."""
+  """What a round's kernels depend on in its forward, for its key (compiled and cached) and name: the Sampling of
+  its models' steps, or the name of the forward given instead, which leaves the Sampling unused."""
   return repr(sampling) if forward is None else f"{forward.__qualname__} for the models' steps"
 
 def one_hot(drafts: Tensor, V: int) -> Tensor:
@@ -234,7 +234,7 @@ class ModelDraft:
             forward: Forward | None = None) -> Round:
     n, draft = len(x), self.model
     fed = max(n - 2, 0)  # the draft re-feeds x_{n-1} and x_n from there (x_1 twice when n = 1)
-    call = cached_call(target, (model_round, draft, K, sampling, forward),
+    call = cached_call(target, (model_round, draft, K, forward_key(sampling, forward)),
                        lambda: model_round(target, draft, K, sampling, forward))
     return call, [fed, n - 1 - fed, x[fed], x[-1], k], k
 
@@ -273,7 +273,8 @@ class NgramDraft:
     drafts = self.propose(x, k)
     if not drafts:  # nothing to propose: one plain target step
       return token_step(target, sampling), [x[-1]], 0
-    call = cached_call(target, (lookup_round, K, sampling, forward), lambda: lookup_round(target, K, sampling, forward))
+    call = cached_call(target, (lookup_round, K, forward_key(sampling, forward)),
+                       lambda: lookup_round(target, K, sampling, forward))
     return call, [x[-1], *drafts, *[0] * (K - len(drafts)), len(drafts)], len(drafts)
 
   def steps(self, x: list[int], sampling: Sampling) -> dict[str, Part]:

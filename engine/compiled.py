@@ -62,7 +62,7 @@ def search_beam(device: str) -> int:
 
 # The files whose code a compiled call traces, from the repository's root: the model, its layout, the sampling
 # heads and draws, Algorithm 2's round and this file. Their hash is in every call's signature, so that an edit to
-# any of them makes a kernel searched before count as not searched (tests/test_search_off.py edits each).
+# any of them makes a kernel searched before count as not searched (tests/test_speculative.py edits each).
 TRACED = ("gpt2.py", "sampling.py", "speculative.py", "engine/layout.py", "engine/compiled.py")
 
 def source_hash(root: pathlib.Path) -> str:
@@ -95,7 +95,6 @@ def flagged(result: Tensor, *probs: Tensor) -> Tensor:
   sums = Tensor.cat(*[p.sum(-1).flatten() for p in probs]).contiguous()
   return result.cat((sums.isnan() | sums.isinf()).max().cast(dtypes.int32).reshape(1)).contiguous()
 
-
 class Compiled:
   """A function of Variables compiled by TinyJit, which captures it on its first call; every later call replays
   its kernels. build(searched) gives the function and its Variables. Its kernels are tinygrad's default
@@ -112,8 +111,8 @@ class Compiled:
     fn, variables = self.build(self.searched)
     jit = TinyJit(fn)
     # capture on the first call: TinyJit's own first call runs fn eagerly, for work that is done once (weights
-    # not yet on the device), which is done before any call (load_model realizes the weights, cached_call() prepares
-    # the caches and norms); that run would build, schedule and run the whole graph once more
+    # not yet on the device), which is done before any call (load_model realizes the weights, cached_call
+    # prepares the caches and norms); that run would build, schedule and run the whole graph once more
     jit.cnt = 1
     return jit, variables
 
@@ -169,8 +168,8 @@ def signature(model: GPT2) -> str:
   return f"{model.config}|{w.dtype}|{w.device}|BEAM={beam_of(model)}|{SOURCE}"
 
 def forward_rows(model: GPT2, ids: Tensor, start_pos: int | UOp, head: Head | None, searched: bool) -> Tensor:
-  """head(logits) after each of the T token ids at start_pos.., run at padded_rows(T, searched, device) rows: what every
-  compiled step and round runs, so that a step timed alone launches the kernels a round launches. Its result
+  """head(logits) after each of the T token ids at start_pos.., run at padded_rows(T, searched, device) rows: what
+  every compiled step and round runs, so that a step timed alone launches the kernels a round launches. Its result
   has all the rows, realized as one buffer: slicing the padding away before then could shrink the matmuls
   back to T rows, another layout. The padding rows (token 0) come after the real ones, so that causal
   attention keeps them out of the real rows; their keys and values land at start_pos+T.., past every real

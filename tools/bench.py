@@ -537,7 +537,8 @@ def run_table(args: argparse.Namespace, Ks: list[int], sampling: Sampling) -> No
   print(textwrap.fill(costs_line(costs), 110))
   bandwidth = print_floor(args, rows, sizes[0])
   results = {"device": machine(), "target": args.target, "draft": args.draft, "random_weights": args.random,
-             "temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p, "prompts": prompts, "max_new_tokens": args.max_new_tokens,
+             "temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p,
+             "prompts": prompts, "max_new_tokens": args.max_new_tokens,
              "load_average": load, "target_bytes": sizes[0], "draft_bytes": sizes[1], "bandwidth": bandwidth,
              "rows": rows, "step_costs": costs}
   tag = "greedy" if sampling.temperature == 0 else f"t{sampling.temperature:g}"
