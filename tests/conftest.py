@@ -38,3 +38,13 @@ def pytest_report_header() -> str:
   """The device every test ran on, at the top of the log (CI runs the suite on CPU and on CL)."""
   from tinygrad import Device
   return f"tinygrad device: {Device.DEFAULT} (DEV={os.environ.get('DEV', 'unset')})"
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+  """The figures that tests record with record_property("figure", ...) (the real tier's memory), after the results:
+  recorded on a report, they reach this process from pytest-xdist's workers too."""
+  figures = dict.fromkeys(value for reports in terminalreporter.stats.values() for report in reports
+                          for name, value in getattr(report, "user_properties", []) if name == "figure")
+  if figures:
+    terminalreporter.section("figures")
+    for line in figures:
+      terminalreporter.write_line(line)

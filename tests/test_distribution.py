@@ -35,27 +35,15 @@ from reference import next_probs
 from sampling import Sampling
 from engine.compiled import forward_rows
 from speculative import Draft, ModelDraft, NgramDraft, random_bits, speculative_sample
+from tools.reproduce import chisquare, pvalue
 
 PLAIN = Sampling()
 
 def chisquare_pvalue(counts: np.ndarray, probs: np.ndarray) -> float:
-  """Pearson's chi-square p-value of counts against probs; the least likely cells are pooled until every bin
-  expects >= 5.
-
-  A count in a cell of probability 0 cannot happen under the reference, whatever N: the p-value is then 0.
-  """
-  if counts[probs == 0].any():
-    return 0.0
-  order = np.argsort(probs)
-  observed, expected = counts[order], counts.sum() * probs[order] / probs.sum()
-  # pool the small cells, plus the next ones until the pool expects >= 5
-  if (small := int((expected < 5).sum())):
-    pooled = max(small, int(np.searchsorted(np.cumsum(expected), 5)) + 1)
-    observed, expected = (np.r_[observed[:pooled].sum(), observed[pooled:]],
-                          np.r_[expected[:pooled].sum(), expected[pooled:]])
-  if len(expected) < 2:
-    return 1.0  # all the mass in one bin: nothing left to compare
-  return float(stats.chisquare(observed, expected).pvalue)
+  """Pearson's chi-square p-value of counts against probs, the least likely cells pooled until every bin expects
+  >= 5 (tools/reproduce.py's chisquare, which Theorem 1's test on the real pair runs too). A count in a cell of
+  probability 0 cannot happen under the reference, whatever N: the p-value is then 0."""
+  return pvalue(*chisquare(counts, probs))
 
 def report(case: str, pvalues: str, n: int, bar: str) -> str:
   """The line a test prints (pytest -s shows it) and fails with. The seeds are fixed, so its p-values are exact for

@@ -37,16 +37,22 @@ def run_script(script: str, *args: str, env: dict | None = None) -> subprocess.C
                         env={**os.environ, "DEV": os.environ.get("DEV", "CPU"), **(env or {})}, timeout=600)
 
 def write_checkpoint(folder: str | pathlib.Path, *, n_layer: int = 2, n_head: int = 2, n_embd: int = 32,
-                     vocab_size: int = 64, n_ctx: int = 128, seed: int = 0, std: float = 0.5) -> pathlib.Path:
-  """Write config.json and model.safetensors for a random GPT-2 of the given shape; return the folder."""
+                     vocab_size: int = 64, n_ctx: int = 128, seed: int = 0, std: float = 0.5,
+                     noise: float = 0.0) -> pathlib.Path:
+  """Write config.json and model.safetensors for a random GPT-2 of the given shape; return the folder. noise: add
+  normal noise of this std to every weight (seeded by seed + 1): a draft that agrees with the seed's model in part,
+  as a real draft agrees with its target."""
   folder = pathlib.Path(folder)
   folder.mkdir(parents=True, exist_ok=True)
   config = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "activation_function": "gelu_new",
             "layer_norm_epsilon": 1e-5, "n_layer": n_layer, "n_head": n_head, "n_embd": n_embd,
             "vocab_size": vocab_size, "n_positions": n_ctx, "n_ctx": n_ctx}
   (folder / "config.json").write_text(json.dumps(config, indent=2))
-  save_safetensors(hub_tensors(n_layer, n_head, n_embd, vocab_size, n_ctx, seed, std),
-                   folder / "model.safetensors")
+  tensors, rng = hub_tensors(n_layer, n_head, n_embd, vocab_size, n_ctx, seed, std), np.random.default_rng(seed + 1)
+  for k, a in tensors.items():
+    if not k.endswith(".attn.bias"):  # the causal mask stays a mask
+      tensors[k] = (a + noise * rng.normal(0, 1, a.shape)).astype(np.float32) if noise else a
+  save_safetensors(tensors, folder / "model.safetensors")
   return folder
 
 def save_safetensors(tensors: dict[str, np.ndarray], path: pathlib.Path) -> None:

@@ -325,11 +325,11 @@ LEGEND = ("Alg1 and Alg2 ms/tok: after the prompt's prefill, which is left out o
           "Metal, the host's own work; on the CPU the kernels run inside it). calls/round: compiled calls "
           "launched per round.")
 
-def table(rows: list[dict]) -> str:
+def table(rows: list[dict], columns: list[tuple[str, str, str]] = COLUMNS) -> str:
   """One line per K, each column as wide as its header or widest cell."""
-  cells = [["none" if r[key] is None else form.format(r[key]) for _, key, form in COLUMNS] for r in rows]
-  widths = [max(len(header), *(len(row[i]) for row in cells)) for i, (header, _, _) in enumerate(COLUMNS)]
-  lines = ["  ".join(header.rjust(w) for (header, _, _), w in zip(COLUMNS, widths))]
+  cells = [["none" if r[key] is None else form.format(r[key]) for _, key, form in columns] for r in rows]
+  widths = [max(len(header), *(len(row[i]) for row in cells)) for i, (header, _, _) in enumerate(columns)]
+  lines = ["  ".join(header.rjust(w) for (header, _, _), w in zip(columns, widths))]
   lines += ["  ".join(cell.rjust(w) for cell, w in zip(row, widths)) for row in cells]
   return "\n".join(lines)
 

@@ -242,17 +242,17 @@ def search_kernels(todo: list[Compiled], minutes: float = SEARCH_MINUTES) -> Non
 
 # ***** running a command *****
 
-def main(run: Callable[[argparse.Namespace], None], args: argparse.Namespace) -> int:
-  """Run a command: bad input, or a model or tokenizer that cannot be had, ends it with one sentence on stderr
+def main(run: Callable[[argparse.Namespace], int | None], args: argparse.Namespace) -> int:
+  """Run a command, its exit code run's (0 if it returns none): bad input, or a model or tokenizer that cannot be had, ends it with one sentence on stderr
   and exit code 2; Ctrl-C with one line and exit code 130. Outside Compiled.search no kernel is searched,
   whatever BEAM says: tinygrad reads BEAM too, and would search every kernel it compiles."""
   BEAM.value = 0
   try:
-    run(args)
+    code = run(args)
   except (ValueError, LoadError, FloatingPointError) as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
   except KeyboardInterrupt:  # what is cached so far stays usable: a search resumes from its last kernel
     print("\ninterrupted", file=sys.stderr)
     return 130
-  return 0
+  return code or 0
