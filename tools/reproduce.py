@@ -285,7 +285,8 @@ def table_lines(name: str, r: dict, prompts: int, n_tokens: int) -> list[str]:
           bench.table(r["rows"], COLUMNS),
           "  ms/tok: after the prompt's prefill. predicted before: from the pilot's α̂ and the round's parts timed "
           "alone, printed before the runs; after: from the runs' α̂ and the parts timed after each run "
-          "(tools/bench.py). α̂'s interval: 95%, a bootstrap over the prompts.", "  Figure 1: " + ", ".join(r["plots"])]
+          "(tools/bench.py). α̂'s interval: 95%, a bootstrap over the prompts.",
+          "  Figure 1: " + ", ".join(r["plots"])]
 
 def readme_row(pair: str, r: dict, dtype: str, when: str) -> str:
   """The best K's row for the README's results table (its last column, a projection at α = 0.71, stays empty:
@@ -398,23 +399,12 @@ def run(args: argparse.Namespace) -> int:
   dtype = choose_dtype(args)
   args.half = dtype == "float16"
   enc, target, draft = load_models(args)
-  if target.config.vocab_size != enc.n_vocab:
-    raise ValueError(f"{args.target} has a vocabulary of {target.config.vocab_size} tokens, not GPT-2's "
-                     f"{enc.n_vocab}: the GPT-2 tokenizer cannot drive it.")
-  started = datetime.datetime.now(datetime.timezone.utc)
-  tag = started.strftime("%Y-%m-%dT%H%MZ")
+  task = json.loads(PROMPTS.read_text())
+  check_pair(args, enc, target, draft, task)
   out = pathlib.Path(args.out)
   out.mkdir(parents=True, exist_ok=True)
-  task = json.loads(PROMPTS.read_text())
-  check_models([target, draft.model], max((enc.encode(p) for t in ("news", "code") for p in task[t]), key=len))
-  result = {"date": started.isoformat(timespec="seconds"), "machine": bench.machine(), "device": Device.DEFAULT,
-            "dtype": dtype, "commit": commit(), "tinygrad": importlib.metadata.version("tinygrad"), "python": platform.python_version(),
-            "target": args.target, "draft": args.draft, "load_average_before": os.getloadavg()[0],
-            "memory_after_loading": {"host_peak_bytes": peak_host_bytes(), "device_bytes": GlobalCounters.mem_used},
-            "prompts_source": task["source"], "prompts_license": task["license"]}
-  print(f"device {result['machine']}, {dtype} weights, commit {result['commit']}; target {args.target}, draft "
-        f"{args.draft}; peak host memory after loading {result['memory_after_loading']['host_peak_bytes'] / 1e9:.2f} GB, "
-        f"device memory in use {GlobalCounters.mem_used / 1e9:.2f} GB")
+  result = describe(args, dtype, task)
+  tag = result["date"].replace(":", "")[:15] + "Z"  # 2026-11-28T2012Z: a file name on every system
   if "greedy" in parts:
     print(f"\ngreedy check: Algorithms 1 and 2 at temperature 0, {args.greedy_tokens} tokens each", file=sys.stderr)
     with heartbeat(lambda: "greedy check"):
@@ -425,15 +415,39 @@ def run(args: argparse.Namespace) -> int:
     result["theorem"] = run_theorem(target, draft, enc, task, names, args.theorem_n)
   if "table" in parts:
     result["table"] = run_table(target, draft, enc, task, names, Ks, args, out, tag)
-    when = f"{device_name()}, {started.date()} ({result['commit']})"
-    pair = f"{args.target} drafted by {args.draft}"
-    result["readme_rows"] = [readme_row(pair, r, dtype, when) for r in result["table"].values()]
+    when = f"{device_name()}, {result['date'][:10]} ({result['commit']})"
+    result["readme_rows"] = [readme_row(f"{args.target} drafted by {args.draft}", r, dtype, when)
+                             for r in result["table"].values()]
     print("\nrows for the README's results table:\n" + "\n".join(result["readme_rows"]))
+  return finish(result, out / f"reproduce-{tag}.json")
+
+def check_pair(args: argparse.Namespace, enc, target: GPT2, draft: ModelDraft, task: dict) -> None:
+  """Refuse a pair that GPT-2's tokenizer cannot drive, or whose context cannot hold the prompts."""
+  if target.config.vocab_size != enc.n_vocab:
+    raise ValueError(f"{args.target} has a vocabulary of {target.config.vocab_size} tokens, not GPT-2's "
+                     f"{enc.n_vocab}: the GPT-2 tokenizer cannot drive it.")
+  check_models([target, draft.model], max((enc.encode(p) for t in ("news", "code") for p in task[t]), key=len))
+
+def describe(args: argparse.Namespace, dtype: str, task: dict) -> dict:
+  """What the JSON says of the run before its results (the date, the machine, the commit, the memory after
+  loading the pair), printed in a line."""
+  memory = {"host_peak_bytes": peak_host_bytes(), "device_bytes": GlobalCounters.mem_used}
+  result = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "machine": bench.machine(), "device": Device.DEFAULT, "dtype": dtype, "commit": commit(),
+            "tinygrad": importlib.metadata.version("tinygrad"), "python": platform.python_version(),
+            "target": args.target, "draft": args.draft, "load_average_before": os.getloadavg()[0],
+            "memory_after_loading": memory, "prompts_source": task["source"], "prompts_license": task["license"]}
+  print(f"device {result['machine']}, {dtype} weights, commit {result['commit']}; target {args.target}, draft "
+        f"{args.draft}; after loading, peak host memory {memory['host_peak_bytes'] / 1e9:.2f} GB, device memory in "
+        f"use {memory['device_bytes'] / 1e9:.2f} GB")
+  return result
+
+def finish(result: dict, path: pathlib.Path) -> int:
+  """Write the JSON, print the checks' verdicts: 0 if every check passed, else 1."""
   result["load_average_after"] = os.getloadavg()[0]
-  checks = {part: result[part]["passed"] for part in ("greedy",) if part in result}
+  checks = {"greedy": result["greedy"]["passed"]} if "greedy" in result else {}
   checks |= {f"theorem, {r['setting']}": r["passed"] for r in result.get("theorem", {}).values()}
   result["checks"] = checks
-  path = out / f"reproduce-{tag}.json"
   path.write_text(json.dumps(result, indent=1))
   print("\nchecks: " + ("; ".join(f"{k} {'passed' if v else 'FAILED'}" for k, v in checks.items()) or "none run"))
   print(f"results: {path}")
