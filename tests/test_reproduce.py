@@ -106,6 +106,16 @@ def test_theorem_rejects_a_round_that_forgets_the_residual(pair, monkeypatch):
   print(lines)
   assert r["control_power"] > 0.99 and r["ours"]["p_value"] < THRESHOLD and not r["passed"], lines
 
+def test_greedy_check_sees_a_round_that_accepts_every_draft(pair, monkeypatch):
+  """The greedy check on a round whose test accepts every draft (the draft's own argmax then stands for the
+  target's): Algorithm 2's tokens differ from Algorithm 1's, and the check fails, naming the first that differs."""
+  monkeypatch.setattr(speculative, "accept", lambda r, p_x, q_x: r >= 0)
+  target, draft = load_pair(pair)
+  r = reproduce.greedy_check(target, draft, load_tokenizer(TOKENIZER_DIR), 24, published=False)
+  lines = "\n".join(reproduce.greedy_lines(r))
+  assert not r["same_tokens"] and not r["passed"] and r["first_difference"] is not None, lines
+  assert "DIFFER from Algorithm 1's from token" in lines and "not compared" in lines
+
 # ***** refusals *****
 
 @pytest.mark.parametrize("argv, says", [

@@ -182,11 +182,13 @@ def greedy_check(target: GPT2, draft: Draft, enc, n_tokens: int, published: bool
   same, and how many of the published opening's sentences their text starts with (published: the pair is the
   published run's, gpt2-xl drafted by gpt2; else None, not compared)."""
   prompt, greedy = enc.encode(TURING), Sampling(0.0)
-  alg1 = autoregressive_sample(target, prompt, n_tokens, sampling=greedy, eos=None)[0]
+  # the prompt goes in as Algorithm 2 feeds it, K+1 rows a step: the same cache, so any difference is the rounds'
+  alg1 = autoregressive_sample(target, prompt, n_tokens, sampling=greedy, eos=None, rows=PUBLISHED_K + 1)[0]
   alg2, _, spec = speculative_sample(target, draft, prompt, n_tokens, K=PUBLISHED_K, sampling=greedy, eos=None)
   text = enc.decode(alg2)
   matched = sentences_matched(text)
-  differ = next((i for i, (a, b) in enumerate(zip(alg1, alg2)) if a != b), None)
+  shorter = min(len(alg1), len(alg2)) if len(alg1) != len(alg2) else None  # one stopped early: they differ there
+  differ = next((i for i, (a, b) in enumerate(zip(alg1, alg2)) if a != b), shorter)
   return {"prompt": TURING, "new_tokens": len(alg2), "K": PUBLISHED_K, "same_tokens": alg1 == alg2,
           "first_difference": differ, "text": text, "alg1_text": enc.decode(alg1),
           "published_sentences_matched": matched if published else None,
