@@ -260,8 +260,8 @@ def table_setting(target: GPT2, draft: Draft, name: str, prompts: list[list[int]
     print(f"  K={p['K']}: {p['speedup']:.2f}x, Algorithm 2 {p['alg2_ms_per_token']:.1f} ms a token against t(1) "
           f"{p['t1_ms']:.1f} ms (pilot α̂ {p['pilot_alpha']:.2f}, a round {p['round_in_t1']:.2f} t(1))")
   seconds = estimate_seconds(predicted, len(prompts), n_tokens)
-  print(f"  its timed runs: {duration(seconds)}; the table's {settings} settings, if they cost alike: "
-        f"{duration(settings * seconds)} of timed runs", flush=True)
+  more = f"; the table's {settings} settings, if they cost alike: {duration(settings * seconds)}" * (settings > 1)
+  print(f"  its timed runs: {duration(seconds)}{more}", flush=True)
   rows = []
   with heartbeat(bar.status):
     for K, before in zip(Ks, predicted):
@@ -283,7 +283,8 @@ COLUMNS = [("K", "K", "{}"), ("Alg1 ms/tok", "alg1_ms_per_token", "{:.1f}"),
 
 def table_lines(name: str, r: dict, prompts: int, n_tokens: int) -> list[str]:
   """A setting's Table 1 in words."""
-  return [f"\nTable 1, {name} ({r['setting']}): {prompts} {r['task']} prompts × {n_tokens} new tokens",
+  return [f"\nTable 1, {name} ({r['setting']}): {prompts} {r['task']} prompt{'s' * (prompts > 1)} × {n_tokens} new "
+          "tokens",
           bench.table(r["rows"], COLUMNS),
           "  ms/tok: after the prompt's prefill. predicted before: from the pilot's α̂ and the round's parts timed "
           "alone, printed before the runs; after: from the runs' α̂ and the parts timed after each run "
