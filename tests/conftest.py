@@ -8,7 +8,7 @@ for this process and the command lines it starts. DEV=CL keeps OpenCL.
 
 `python -m pytest` spreads the tests over every core where pytest-xdist is installed (requirements-dev.txt):
 pytest_cmdline_main below. Without it the same command runs them in one process, one core."""
-import os
+import os, re
 import pytest
 
 os.environ["BEAM"] = "0"  # read by engine/compiled.py (and tinygrad) on import, and inherited by the CLI runs that tests start
@@ -28,9 +28,11 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
   """-n auto --dist worksteal unless -n was given: a worker a core (-n 0: one process), each starting on a
   contiguous share of the tests, so that a test file mostly stays on one worker and a module's fixtures (Theorem
   1's models, their compiled rounds) are built there once, not on every worker; an idle worker takes half of
-  another's queue. Not with -s, whose prints a worker would keep, nor with --pdb, nor in a worker itself."""
+  another's queue. Not with -s, whose prints a worker would keep, nor with --pdb, nor in a worker itself, nor for
+  the real tier (-m real), whose 7 GB of models every worker would load again."""
   option = config.option
-  if (config.pluginmanager.hasplugin("xdist") and not hasattr(config, "workerinput")
+  real = re.search(r"(?<!not )\breal\b", getattr(option, "markexpr", "") or "")
+  if (config.pluginmanager.hasplugin("xdist") and not hasattr(config, "workerinput") and not real
       and option.numprocesses is None and option.capture != "no" and not option.usepdb):
     option.numprocesses, option.dist = "auto", "worksteal" if option.dist == "no" else option.dist
 

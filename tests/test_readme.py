@@ -61,13 +61,16 @@ def test_the_test_command_runs_on_every_core_and_without_xdist():
   pytest.param(dict(dist="loadscope"), True, id="--dist as given, on every core"),
   pytest.param(dict(xdist=False), False, id="no pytest-xdist, or -p no:xdist"),
   pytest.param(dict(worker=True), False, id="inside a worker"),
+  pytest.param(dict(markexpr="real"), False, id="-m real, whose models each worker would load"),
+  pytest.param(dict(markexpr="not slow and not real"), True, id="pytest.ini's own -m"),
 ])
 def test_the_rule_that_spreads_the_tests(given: dict, spread: bool):
   """conftest.pytest_cmdline_main sets -n auto (and --dist worksteal unless --dist was given) only where nothing
   says otherwise."""
   import conftest
   option = types.SimpleNamespace(numprocesses=given.get("numprocesses"), dist=given.get("dist", "no"),
-                                 capture=given.get("capture", "fd"), usepdb=given.get("usepdb", False))
+                                 capture=given.get("capture", "fd"), usepdb=given.get("usepdb", False),
+                                 markexpr=given.get("markexpr", ""))
   config = types.SimpleNamespace(option=option, pluginmanager=types.SimpleNamespace(
     hasplugin=lambda name: given.get("xdist", True) and name == "xdist"))
   if given.get("worker"):

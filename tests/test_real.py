@@ -39,6 +39,27 @@ def greedy(pair) -> dict:
   """tools/reproduce.py's greedy check, as its command runs it on this pair."""
   return reproduce.greedy_check(*pair, load_tokenizer(), PUBLISHED_TOKENS, published=True)
 
+# first, while no model is loaded in this process: the two loads are in processes of their own
+LOAD = ("import sys; from tinygrad import dtypes; from tinygrad.helpers import GlobalCounters; "
+        "from weights import load_model; from tools.reproduce import peak_host_bytes; "
+        "models = [load_model(name, getattr(dtypes, sys.argv[1])) for name in ('gpt2-xl', 'gpt2')]; "
+        "print(peak_host_bytes(), GlobalCounters.mem_used)")
+
+def test_memory_of_loading_the_pair(folders, record_property):
+  """Loading gpt2-xl beside gpt2, each dtype in a fresh process: its peak host memory and the device memory in use
+  (reported after the results); float16 holds the weights in half float32's device memory, or a little more."""
+  used = {}
+  for dtype in ("float32", "float16"):
+    if getattr(dtypes, dtype) not in Device[Device.DEFAULT].renderer.supported_dtypes():
+      continue
+    run = subprocess.run([sys.executable, "-c", LOAD, dtype], capture_output=True, text=True, cwd=REPO, timeout=1800)
+    assert run.returncode == 0, run.stderr[-2000:]
+    host, used[dtype] = (int(x) for x in run.stdout.split()[-2:])
+    record_property("figure", f"loading gpt2-xl beside gpt2, {dtype}: peak host memory {host / 1e9:.2f} GB, device "
+                    f"memory in use {used[dtype] / 1e9:.2f} GB ({Device.DEFAULT})")
+  if "float16" in used:
+    assert used["float16"] < 0.6 * used["float32"]
+
 def test_gpt2_logits_match_transformers(folders):
   """gpt2's logits after each token of the README's prompt, against transformers' on the same file: within 5e-3
   (logits of magnitude about 100, in float32), and the same argmax at every position."""
@@ -67,23 +88,3 @@ def test_one_step_chisquare_on_the_real_pair(pair):
   lines = "\n".join(reproduce.theorem_lines(r))
   assert r["ours"]["p_value"] > THRESHOLD, lines
   assert r["control"]["p_value"] < THRESHOLD, lines + "\n(if the power above is low, this N cannot see the mistake)"
-
-LOAD = ("import sys; from tinygrad import dtypes; from tinygrad.helpers import GlobalCounters; "
-        "from weights import load_model; from tools.reproduce import peak_host_bytes; "
-        "models = [load_model(name, getattr(dtypes, sys.argv[1])) for name in ('gpt2-xl', 'gpt2')]; "
-        "print(peak_host_bytes(), GlobalCounters.mem_used)")
-
-def test_memory_of_loading_the_pair(folders, record_property):
-  """Loading gpt2-xl beside gpt2, each dtype in a fresh process: its peak host memory and the device memory in use
-  (reported after the results); float16 holds the weights in half float32's device memory, or a little more."""
-  used = {}
-  for dtype in ("float32", "float16"):
-    if getattr(dtypes, dtype) not in Device[Device.DEFAULT].renderer.supported_dtypes():
-      continue
-    run = subprocess.run([sys.executable, "-c", LOAD, dtype], capture_output=True, text=True, cwd=REPO, timeout=1800)
-    assert run.returncode == 0, run.stderr[-2000:]
-    host, used[dtype] = (int(x) for x in run.stdout.split()[-2:])
-    record_property("figure", f"loading gpt2-xl beside gpt2, {dtype}: peak host memory {host / 1e9:.2f} GB, device "
-                    f"memory in use {used[dtype] / 1e9:.2f} GB ({Device.DEFAULT})")
-  if "float16" in used:
-    assert used["float16"] < 0.6 * used["float32"]

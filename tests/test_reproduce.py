@@ -183,8 +183,9 @@ def test_the_command_downloads_predicts_then_measures_and_writes_its_json(served
   assert all(row.startswith("| gpt2-xl drafted by gpt2, ") and row.count("|") == 8 for row in result["readme_rows"])
 
 def real_tier(env: dict) -> subprocess.CompletedProcess:
-  """python -m pytest -m real, in one process, as a user runs the opt-in tier."""
-  return subprocess.run([sys.executable, "-m", "pytest", "-m", "real", "-n", "0", "-p", "no:cacheprovider",
+  """python -m pytest -m real as a user runs the opt-in tier (in one process: tests/conftest.py spreads no real
+  tier over the cores)."""
+  return subprocess.run([sys.executable, "-m", "pytest", "-m", "real", "-p", "no:cacheprovider",
                          "tests/test_real.py"], capture_output=True, text=True, cwd=REPO,
                         env={**__import__("os").environ, "DEV": "CPU", **env}, timeout=900)
 
@@ -196,7 +197,7 @@ def test_the_real_tier_runs_on_the_pair_it_downloads(served, monkeypatch):
   hub, env = served
   run = real_tier(env)
   out = run.stdout
-  assert re.search(r"1 failed, 4 passed", out), out[-4000:]
+  assert re.search(r"1 failed, 4 passed", out) and "workers" not in out, out[-4000:]
   assert "FAILED tests/test_real.py::test_greedy_check_matches_the_published_opening" in out
   assert re.search(r"loading gpt2-xl beside gpt2, float32: peak host memory [\d.]+ GB", out), out[-4000:]
 

@@ -295,7 +295,7 @@ def readme_row(pair: str, r: dict, dtype: str, when: str) -> str:
   """The best K's row for the README's results table (its last column, a projection at α = 0.71, stays empty:
   this is the measurement)."""
   best = max(r["rows"], key=lambda row: row["speedup"])
-  return (f"| {pair}, {r['setting']} | real, {dtype} | {best['K']} | {when} | {best['speedup']:.2f}x | "
+  return (f"| {pair}, {r['setting']} | trained, {dtype} | {best['K']} | {when} | {best['speedup']:.2f}x | "
           f"{best['alpha']:.2f} | - |")
 
 def duration(seconds: float) -> str:
