@@ -22,6 +22,7 @@ README's results table. The exit code is 1 if a check failed (0 if all passed, 2
 """
 from __future__ import annotations
 import argparse, datetime, importlib.metadata, json, math, os, pathlib, platform, resource, subprocess, sys, time
+from typing import Callable
 import numpy as np
 from scipy import stats as scipy_stats
 from tinygrad import Device, dtypes
@@ -398,7 +399,7 @@ def choose_dtype(args: argparse.Namespace) -> str:
 def run(args: argparse.Namespace) -> int:
   """Check, open the device, load the pair, run the parts asked for, write the JSON; the exit code."""
   parts, names, Ks = check_args(args)
-  open_device(args.device, half=args.dtype == "float16")  # refuses float16 where the device cannot compute in it
+  open_device(args.device, args.dtype == "float16", "--dtype float16")  # refused where the device lacks float16
   dtype = choose_dtype(args)
   args.half = dtype == "float16"
   enc, target, draft = load_models(args)
@@ -408,21 +409,25 @@ def run(args: argparse.Namespace) -> int:
   out.mkdir(parents=True, exist_ok=True)
   result = describe(args, dtype, task)
   tag = result["date"].replace(":", "")[:15] + "Z"  # 2026-11-28T2012Z: a file name on every system
+  path = out / f"reproduce-{tag}.json"  # written after each part, so that an interrupted run keeps what it did
   if "greedy" in parts:
     print(f"\ngreedy check: Algorithms 1 and 2 at temperature 0, {args.greedy_tokens} tokens each", file=sys.stderr)
     with heartbeat(lambda: "greedy check"):
       published = (args.target, args.draft) == ("gpt2-xl", "gpt2")
       result["greedy"] = greedy_check(target, draft, enc, args.greedy_tokens, published)
     print("\n" + "\n".join(greedy_lines(result["greedy"])), flush=True)
+    save(result, path)
   if "theorem" in parts:
     result["theorem"] = run_theorem(target, draft, enc, task, names, args.theorem_n)
+    save(result, path)
   if "table" in parts:
-    result["table"] = run_table(target, draft, enc, task, names, Ks, args, out, tag)
+    result["table"] = {}
+    run_table(target, draft, enc, task, names, Ks, args, out, tag, result["table"], lambda: save(result, path))
     when = f"{device_name()}, {result['date'][:10]} ({result['commit']})"
     result["readme_rows"] = [readme_row(f"{args.target} drafted by {args.draft}", r, dtype, when)
                              for r in result["table"].values()]
     print("\nrows for the README's results table:\n" + "\n".join(result["readme_rows"]))
-  return finish(result, out / f"reproduce-{tag}.json")
+  return finish(result, path)
 
 def check_pair(args: argparse.Namespace, enc, target: GPT2, draft: ModelDraft, task: dict) -> None:
   """Refuse a pair that GPT-2's tokenizer cannot drive, or whose context cannot hold the prompts."""
@@ -445,13 +450,17 @@ def describe(args: argparse.Namespace, dtype: str, task: dict) -> dict:
         f"use {memory['device_bytes'] / 1e9:.2f} GB")
   return result
 
+def save(result: dict, path: pathlib.Path) -> None:
+  """Write the JSON so far, with the load average now and each check's verdict."""
+  result["load_average_after"] = os.getloadavg()[0]
+  result["checks"] = {"greedy": result["greedy"]["passed"]} if "greedy" in result else {}
+  result["checks"] |= {f"theorem, {r['setting']}": r["passed"] for r in result.get("theorem", {}).values()}
+  path.write_text(json.dumps(result, indent=1))
+
 def finish(result: dict, path: pathlib.Path) -> int:
   """Write the JSON, print the checks' verdicts: 0 if every check passed, else 1."""
-  result["load_average_after"] = os.getloadavg()[0]
-  checks = {"greedy": result["greedy"]["passed"]} if "greedy" in result else {}
-  checks |= {f"theorem, {r['setting']}": r["passed"] for r in result.get("theorem", {}).values()}
-  result["checks"] = checks
-  path.write_text(json.dumps(result, indent=1))
+  save(result, path)
+  checks = result["checks"]
   print("\nchecks: " + ("; ".join(f"{k} {'passed' if v else 'FAILED'}" for k, v in checks.items()) or "none run"))
   print(f"results: {path}")
   return 0 if all(checks.values()) else 1
@@ -491,15 +500,16 @@ def round_seconds(target: GPT2, draft: ModelDraft, x: list[int], sampling: Sampl
   return float(np.median(times[1:]))
 
 def run_table(target: GPT2, draft: Draft, enc, task: dict, names: list[str], Ks: list[int],
-              args: argparse.Namespace, out: pathlib.Path, tag: str) -> dict:
-  """Table 1 and Figure 1 for each setting asked for, a progress line over all their timed runs."""
-  bar, tables = Progress(len(names) * len(Ks) * args.prompts, "the table's timed runs (settings × K × prompts)"), {}
+              args: argparse.Namespace, out: pathlib.Path, tag: str, tables: dict, saved: Callable[[], None]) -> None:
+  """Table 1 and Figure 1 for each setting asked for, into tables by name, a progress line over all their timed
+  runs; saved() after each setting."""
+  bar = Progress(len(names) * len(Ks) * args.prompts, "the table's timed runs (settings × K × prompts)")
   for name in names:
     prompts = [enc.encode(p) for p in task[SETTINGS[name][1]][:args.prompts]]
     tables[name] = table_setting(target, draft, name, prompts, enc.encode(TURING), Ks, args.max_new_tokens, out,
                                  tag, f"target {args.target}, draft {args.draft}", len(names), bar)
     print("\n".join(table_lines(name, tables[name], len(prompts), args.max_new_tokens)), flush=True)
-  return tables
+    saved()
 
 if __name__ == "__main__":
   sys.exit(main(run, parse_args()))

@@ -80,9 +80,10 @@ def host_cpu_instead() -> bool:
         "device instead, which compiles faster; DEV=CL keeps OpenCL)", file=sys.stderr)
   return True
 
-def open_device(name: str | None, half: bool) -> None:
+def open_device(name: str | None, half: bool, half_flag: str = "--half") -> None:
   """Open the device (name, or tinygrad's choice) and its compiler now, and refuse what it cannot do, so that
-  an unusable device or setting fails with one sentence before any model loads."""
+  an unusable device or setting fails with one sentence before any model loads (half_flag: the option that asked
+  for float16, which the sentence says to drop)."""
   if name is None and host_cpu_instead():
     name = "CPU"
   try:
@@ -98,7 +99,7 @@ def open_device(name: str | None, half: bool) -> None:
   if name:
     DEV.value = device.device
   if half and dtypes.float16 not in renderer.supported_dtypes():
-    raise ValueError(f"The device {device.device} cannot compute in float16: drop --half.")
+    raise ValueError(f"The device {device.device} cannot compute in float16: drop {half_flag}.")
 
 # ***** the models *****
 
