@@ -69,6 +69,8 @@ class Progress:
     return f"{self.what}: {self.done:,} of {self.total:,} done, about {left / 60:.1f} min left"
 
 # ***** Theorem 1 on the real pair *****
+# Chen et al.'s Theorem 1, "Modified Rejection Sampling recovers the target distribution": whatever p is, the token a
+# round emits after a prefix x follows q(x). Its one-step form is what a few prefixes and N rounds each can test.
 
 def chisquare(counts: np.ndarray, probs: np.ndarray) -> tuple[float, int]:
   """Pearson's statistic of counts against probs, and its degrees of freedom, the least likely cells pooled

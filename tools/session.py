@@ -244,9 +244,10 @@ def search_kernels(todo: list[Compiled], minutes: float = SEARCH_MINUTES) -> Non
 # ***** running a command *****
 
 def main(run: Callable[[argparse.Namespace], int | None], args: argparse.Namespace) -> int:
-  """Run a command, its exit code run's (0 if it returns none): bad input, or a model or tokenizer that cannot be had, ends it with one sentence on stderr
-  and exit code 2; Ctrl-C with one line and exit code 130. Outside Compiled.search no kernel is searched,
-  whatever BEAM says: tinygrad reads BEAM too, and would search every kernel it compiles."""
+  """Run a command; its exit code is run's (0 if it returns none). Bad input, or a model or tokenizer that cannot
+  be had, ends it with one sentence on stderr and exit code 2; Ctrl-C with one line and exit code 130. Outside
+  Compiled.search no kernel is searched, whatever BEAM says: tinygrad reads BEAM too, and would search every
+  kernel it compiles."""
   BEAM.value = 0
   try:
     code = run(args)
