@@ -1,5 +1,7 @@
-"""The paper's experiment for GPT-2 in one command: Chen et al. (2023)'s Table 1 and Figure 1 for gpt2-xl drafted
-by gpt2, with Theorem 1 tested on the pair and a greedy check against a published run, on this machine.
+"""The paper's experiment on gpt2-xl drafted by gpt2 in one command: Table 1, Figure 1, Theorem 1, a greedy check.
+
+Chen et al. (2023)'s Table 1 and Figure 1 measured on this machine, with Theorem 1 tested on the pair and a greedy
+check against a published run of it.
 
     python -m tools.reproduce                                  # all three parts; it says how long before each
     python -m tools.reproduce --parts greedy,theorem           # the two checks alone
