@@ -4,7 +4,7 @@ are rejected), its refusals, and, in the slow tier, the whole command as a user 
 under the real names (gpt2-xl, gpt2) from a local server in the Hub's layout, and the real tier (tests/test_real.py)
 run on that same pair."""
 from __future__ import annotations
-import json, re, socket, subprocess, sys
+import json, os, re, socket, subprocess, sys
 import numpy as np, pytest
 from scipy import stats
 from hub import Hub
@@ -187,7 +187,7 @@ def real_tier(env: dict) -> subprocess.CompletedProcess:
   tier over the cores)."""
   return subprocess.run([sys.executable, "-m", "pytest", "-m", "real", "-p", "no:cacheprovider",
                          "tests/test_real.py"], capture_output=True, text=True, cwd=REPO,
-                        env={**__import__("os").environ, "DEV": "CPU", **env}, timeout=900)
+                        env={**os.environ, "DEV": "CPU", **env}, timeout=900)
 
 @pytest.mark.slow  # the real tier in a fresh process: it compiles the pair's rounds and loads it twice more
 def test_the_real_tier_runs_on_the_pair_it_downloads(served, monkeypatch):

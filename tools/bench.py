@@ -89,13 +89,17 @@ def prompt_set(args: argparse.Namespace, vocab_size: int) -> tuple[list[list[int
   prompts = [enc.encode(PROMPTS[i % len(PROMPTS)])[:PROMPT_LEN] for i in range(args.prompts)]
   return prompts, f"built-in, cut to {PROMPT_LEN} tokens"
 
-def machine() -> str:
-  """The tinygrad device and, on the host, the CPU model and its core count."""
+def host_cpu() -> str:
+  """The host's CPU model (its architecture where the system does not say)."""
   cpu = platform.processor() or platform.machine()
   if os.path.exists("/proc/cpuinfo"):
     with open("/proc/cpuinfo") as f:
       cpu = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), cpu)
-  return f"{Device.DEFAULT} (host: {cpu}, {os.cpu_count()} cores)"
+  return cpu
+
+def machine() -> str:
+  """The tinygrad device and, on the host, the CPU model and its core count."""
+  return f"{Device.DEFAULT} (host: {host_cpu()}, {os.cpu_count()} cores)"
 
 # ***** Algorithm 1 against Algorithm 2 *****
 
@@ -110,9 +114,7 @@ def total(stats: list[Stats]) -> Stats:
 
 def run_pairs(target: GPT2, draft: Draft, prompts: list[list[int]], n_tokens: int, K: int,
               sampling: Sampling, bar: tqdm, search: bool) -> list[tuple[Stats, Stats]]:
-  """Warm up (and with search, search the kernels), then continue each prompt i with Algorithm 1 and
-  Algorithm 2, both with seed i, each Algorithm 2 run followed by a round, its parts and Algorithm 1's call
-  timed in turn (time_parts): their Stats."""
+  """Warm up (and with search, search the kernels), then timed_pairs."""
   warm_up(target, draft, prompts[0], K, sampling, 0)
   warm_up_baseline(target, prompts[0], K, sampling, 0)
   if search:
@@ -120,6 +122,12 @@ def run_pairs(target: GPT2, draft: Draft, prompts: list[list[int]], n_tokens: in
     # the round would run searched kernels and its parts default ones
     time_parts(target, draft, K, sampling, Stats(), prompts[0], reps=1)
     search_kernels(calls(target, *draft.models), math.inf)  # asked for: searched to the end
+  return timed_pairs(target, draft, prompts, n_tokens, K, sampling, bar)
+
+def timed_pairs(target: GPT2, draft: Draft, prompts: list[list[int]], n_tokens: int, K: int,
+                sampling: Sampling, bar: tqdm) -> list[tuple[Stats, Stats]]:
+  """Continue each prompt i with Algorithm 1 and Algorithm 2, both with seed i, their calls compiled before, each
+  Algorithm 2 run followed by a round, its parts and Algorithm 1's call timed in turn (time_parts): their Stats."""
   runs = []
   for seed, prompt in enumerate(prompts):
     base = autoregressive_sample(target, prompt, n_tokens, sampling=sampling, seed=seed, rows=K + 1, eos=None)[1]

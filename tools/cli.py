@@ -13,8 +13,8 @@ from costs import Stats, break_even_alpha, expected_tokens_per_round, measured_o
 from speculative import EOT, Stream, autoregressive_sample, check_models, speculative_sample
 from engine.compiled import calls
 from tools.parts import time_parts
-from tools.session import SEARCH_MINUTES, load_models, main, open_run, options, search_kernels, setting, warm_up
-from tools.session import warm_up_baseline
+from tools.session import SEARCH_MINUTES, check_tokenizer, load_models, main, open_run, options, search_kernels
+from tools.session import setting, warm_up, warm_up_baseline
 
 # green, yellow, magenta; cyan: a plain target step, in a round where the draft proposed nothing
 COLOURS = {"accepted": "\033[32m", "resampled": "\033[33m", "bonus": "\033[35m", "target": "\033[36m"}
@@ -128,9 +128,7 @@ def run(args: argparse.Namespace) -> None:
                      "search off).")
   sampling = open_run(args, [K], args.seed, args.prompt, args.device)
   enc, target, draft = load_models(args)
-  if target.config.vocab_size != enc.n_vocab:
-    raise ValueError(f"{args.target} has a vocabulary of {target.config.vocab_size} tokens, "
-                     f"not GPT-2's {enc.n_vocab}: the GPT-2 tokenizer cannot drive it.")
+  check_tokenizer(args.target, enc, target)
   prompt = enc.encode(args.prompt)
   check_models([target, *draft.models], prompt)
   warm_up(target, draft, prompt, K, sampling, args.seed)

@@ -14,6 +14,8 @@ from engine.compiled import padded_rows, step, time_calls
 from engine.layout import padded_vocab
 from tools.session import heartbeat
 
+REPS = 7  # replays of each call, whose median each time is
+
 # a model's step replaced by rows fixed in advance (fixed_rows), by device, vocabulary, rows and whether searched
 FIXED: dict[tuple[str, int, int, bool], Tensor] = {}
 
@@ -34,7 +36,7 @@ def fix_rows(target: GPT2, K: int) -> None:
         FIXED[(device, V, rows, searched)] = uniform.pad((None, (0, padded_vocab(V) - V))).contiguous().realize()
 
 def time_parts(target: GPT2, draft: Draft, K: int, sampling: Sampling, stats: Stats, x: list[int],
-               reps: int = 7, baseline: bool = True) -> None:
+               reps: int = REPS, baseline: bool = True) -> None:
   """Fill in stats with a round's parts, each a compiled call timed alone: the target's step of K+1 rows, the
   draft's steps (draft.steps) and the round's own work (the round's call with fixed_rows for its models' steps);
   the round itself, to compare with its parts; and, with baseline, Algorithm 1's call t(1): all replayed after the

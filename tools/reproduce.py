@@ -36,8 +36,9 @@ from speculative import Draft, ModelDraft, autoregressive_sample, check_models, 
 from speculative import speculative_sample
 from engine.compiled import on_host_cpu, prefill, step
 from tools import bench
-from tools.parts import time_parts
-from tools.session import heartbeat, load_models, main, open_device, setting, warm_up, warm_up_baseline
+from tools.parts import REPS, time_parts
+from tools.session import check_tokenizer, heartbeat, load_models, main, open_device, setting, settle, warm_up
+from tools.session import warm_up_baseline
 
 PROMPTS = pathlib.Path(__file__).with_name("prompts.json")
 # Chen et al. (2023), section 4: XSum at greedy and at nucleus top-p 0.8, HumanEval at temperature 0.8 with
@@ -247,9 +248,10 @@ def prediction(target: GPT2, draft: Draft, pilot: list[int], K: int, sampling: S
 
 def estimate_seconds(predicted: list[dict], prompts: int, n_tokens: int) -> float:
   """The timed runs' seconds, from the predictions: per K and prompt, n_tokens of each algorithm, and the parts
-  timed after each run (7 replays of a round, its parts and a token: about 21 rounds' time)."""
-  return sum(prompts * (n_tokens * 1e-3 * (p["t1_ms"] + p["alg2_ms_per_token"]) + 21e-3 * p["t1_ms"] *
-                        p["round_in_t1"]) for p in predicted)
+  timed after each run (REPS replays of a round, of its parts, about a round's time, and of a token: about 3
+  rounds' time a replay)."""
+  return sum(prompts * 1e-3 * (n_tokens * (p["t1_ms"] + p["alg2_ms_per_token"]) +
+                               3 * REPS * p["t1_ms"] * p["round_in_t1"]) for p in predicted)
 
 def table_setting(target: GPT2, draft: Draft, name: str, prompts: list[list[int]], pilot: list[int], Ks: list[int],
                   n_tokens: int, out: pathlib.Path, tag: str, who: str, settings: int, bar: Progress) -> dict:
@@ -267,10 +269,11 @@ def table_setting(target: GPT2, draft: Draft, name: str, prompts: list[list[int]
   seconds = estimate_seconds(predicted, len(prompts), n_tokens)
   more = f"; the table's {settings} settings, if they cost alike: {duration(settings * seconds)}" * (settings > 1)
   print(f"  its timed runs: {duration(seconds)}{more}", flush=True)
+  settle()  # the predictions compiled every K's calls: what their compiles left, out of the collector's reach
   rows = []
   with heartbeat(bar.status):
     for K, before in zip(Ks, predicted):
-      runs = bench.run_pairs(target, draft, prompts, n_tokens, K, sampling, bar, search=False)
+      runs = bench.timed_pairs(target, draft, prompts, n_tokens, K, sampling, bar)
       rows.append(bench.summarize(K, runs) | {"alpha_interval": alpha_interval(runs),
                                               "predicted_before": before["speedup"]})
   header = f"{who}; {name}, {setting(sampling)}; {Device.DEFAULT}"
@@ -325,8 +328,7 @@ def commit() -> str:
 
 def device_name() -> str:
   """The device in a few words: the CPU's model where the kernels run on the host, else tinygrad's device."""
-  where = bench.machine()
-  return where.split("host: ")[1].split(",")[0] if on_host_cpu(Device.DEFAULT) else Device.DEFAULT
+  return bench.host_cpu() if on_host_cpu(Device.DEFAULT) else Device.DEFAULT
 
 def peak_host_bytes() -> int:
   """This process's peak resident memory so far (ru_maxrss: kilobytes on Linux, bytes on macOS)."""
@@ -411,8 +413,8 @@ def run(args: argparse.Namespace) -> int:
   check_pair(args, enc, target, draft, task)
   out = pathlib.Path(args.out)
   out.mkdir(parents=True, exist_ok=True)
-  result = describe(args, dtype, task)
-  tag = result["date"].replace(":", "")[:15] + "Z"  # 2026-11-28T2012Z: a file name on every system
+  result = run_record(args, dtype, task)
+  tag = result["date"].replace(":", "")[:15] + "Z"  # YYYY-MM-DDTHHMMZ: a file name on every system
   path = out / f"reproduce-{tag}.json"  # written after each part, so that an interrupted run keeps what it did
   if "greedy" in parts:
     print(f"\ngreedy check: Algorithms 1 and 2 at temperature 0, {args.greedy_tokens} tokens each", file=sys.stderr)
@@ -435,12 +437,10 @@ def run(args: argparse.Namespace) -> int:
 
 def check_pair(args: argparse.Namespace, enc, target: GPT2, draft: ModelDraft, task: dict) -> None:
   """Refuse a pair that GPT-2's tokenizer cannot drive, or whose context cannot hold the prompts."""
-  if target.config.vocab_size != enc.n_vocab:
-    raise ValueError(f"{args.target} has a vocabulary of {target.config.vocab_size} tokens, not GPT-2's "
-                     f"{enc.n_vocab}: the GPT-2 tokenizer cannot drive it.")
+  check_tokenizer(args.target, enc, target)
   check_models([target, draft.model], max((enc.encode(p) for t in ("news", "code") for p in task[t]), key=len))
 
-def describe(args: argparse.Namespace, dtype: str, task: dict) -> dict:
+def run_record(args: argparse.Namespace, dtype: str, task: dict) -> dict:
   """What the JSON says of the run before its results (the date, the machine, the commit, the memory after
   loading the pair), printed in a line."""
   memory = {"host_peak_bytes": peak_host_bytes(), "device_bytes": GlobalCounters.mem_used}

@@ -128,6 +128,12 @@ def load_models(args: argparse.Namespace, tokenizer: bool = True) -> tuple[objec
     raise LoadError(" And: ".join(missing) if len(missing) > 1 else missing[0])
   return enc, load_named(args, args.target, seed=0), draft
 
+def check_tokenizer(name: str, enc, model: GPT2) -> None:
+  """Refuse a model whose vocabulary is not the GPT-2 tokenizer's, which could not drive it."""
+  if model.config.vocab_size != enc.n_vocab:
+    raise ValueError(f"{name} has a vocabulary of {model.config.vocab_size} tokens, not GPT-2's {enc.n_vocab}: "
+                     "the GPT-2 tokenizer cannot drive it.")
+
 def load_named(args: argparse.Namespace, name: str, seed: int) -> GPT2:
   """The one way a command loads a model by name: a checkpoint, or with --random random weights of its shape
   (seed 0 for the target, 1 for the draft); float16 with --half."""
